@@ -1,0 +1,3 @@
+from gpubox.cli.main import main
+
+raise SystemExit(main())

@@ -1,0 +1,64 @@
+"""The Typer application: one Typer per noun, joined here; errors become one line and an exit code."""
+
+from __future__ import annotations
+
+import sys
+
+import typer
+from typer._click import exceptions as click  # typer 0.28 vendors click
+
+from gpubox import __version__
+from gpubox.cli import queue, top
+from gpubox.exit_codes import ExitCode, GpuboxError
+
+app = typer.Typer(
+    name="gpubox",
+    help="See every GPU on this box, find the ones that starve, queue work onto them.",
+    no_args_is_help=True,
+    add_completion=False,
+    context_settings={"help_option_names": ["-h", "--help"]},
+    pretty_exceptions_enable=False,
+)
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"gpubox {__version__}")
+        raise typer.Exit(0)
+
+
+@app.callback()
+def _root(
+    version: bool = typer.Option(
+        False, "--version", "-V", callback=_version, is_eager=True, help="Print the version and exit."
+    ),
+) -> None:
+    """See every GPU on this box, find the ones that starve, queue work onto them."""
+
+
+app.command("top")(top.top)
+app.add_typer(queue.app, name="queue")
+
+
+def run(argv: list[str]) -> int:
+    command = typer.main.get_command(app)
+    try:
+        result = command.main(args=argv, prog_name="gpubox", standalone_mode=False)
+    except click.UsageError as exc:
+        if not exc.format_message():
+            return int(ExitCode.USAGE)  # no arguments: the help was printed
+        where = exc.ctx.command_path if exc.ctx else "gpubox"
+        sys.stderr.write(f"gpubox: {exc.format_message()} (see '{where} --help')\n")
+        return int(ExitCode.USAGE)
+    except GpuboxError as exc:
+        sys.stderr.write(f"gpubox: {exc.message}\n")
+        return int(exc.code)
+    except (click.Abort, KeyboardInterrupt):
+        sys.stderr.write("gpubox: interrupted\n")
+        return int(ExitCode.INTERRUPTED)
+    except click.ClickException as exc:
+        sys.stderr.write(f"gpubox: {exc.format_message()}\n")
+        return exc.exit_code
+    except BrokenPipeError:
+        return int(ExitCode.OK)  # `gpubox top --once | head` is not an error
+    return int(result) if isinstance(result, int) else int(ExitCode.OK)

@@ -1,0 +1,66 @@
+"""`gpubox top`: the live view, or one snapshot as a table or JSON."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from gpubox.cli.output import console, fail, print_json
+from gpubox.config import load_config
+from gpubox.exit_codes import ExitCode, GpuboxError
+
+ONCE_WINDOW = 0.5  # seconds of rates for --once when --interval is not given
+
+
+def top(
+    once: Annotated[bool, typer.Option("--once", help="Print one snapshot and exit.")] = False,
+    json_out: Annotated[bool, typer.Option("--json", help="Print the snapshot as JSON (implies --once).")] = False,
+    interval: Annotated[
+        float | None,
+        typer.Option("--interval", "-i", help="Seconds between refreshes; with --once, the window rates cover."),
+    ] = None,
+    gpu: Annotated[str | None, typer.Option("--gpu", "-g", help="Only these GPUs: indices or UUIDs, like 0,2.")] = None,
+    demo: Annotated[bool, typer.Option("--demo", help="Show a simulated box (no GPU needed).")] = False,
+    no_color: Annotated[bool, typer.Option("--no-color", help="No colour, even on a terminal.")] = False,
+    demo_gpus: Annotated[int, typer.Option("--demo-gpus", hidden=True)] = 4,
+    demo_processes: Annotated[int, typer.Option("--demo-processes", hidden=True)] = 12,
+) -> int:
+    """Every GPU and GPU process, live: SM activity, PCIe traffic, memory, dataloader wait."""
+    from gpubox.telemetry.backend import BackendUnavailable
+    from gpubox.telemetry.sources import open_backend, parse_gpu_selection, snapshot_over
+
+    flags = {"top.interval": interval, "color": False if no_color else None}
+    cfg = load_config(flags)
+    once = once or json_out
+    if not 1 <= demo_gpus <= 64 or not 0 <= demo_processes <= 10_000:
+        raise GpuboxError("--demo-gpus must be 1-64 and --demo-processes 0-10000", ExitCode.USAGE)
+    try:
+        backend = open_backend(demo, demo_gpus, demo_processes)
+    except BackendUnavailable as exc:
+        message = f"{exc}; `gpubox top --demo` shows a simulated box"
+        if json_out:
+            print_json("top", None, ExitCode.NO_GPU, [str(exc)])
+        fail(message)
+        return int(ExitCode.NO_GPU)
+    try:
+        if not once:
+            from gpubox.tui.top_app import run_live
+
+            return run_live(backend, interval=cfg.get("top.interval"), gpu_filter=gpu, color=cfg.get("color"))
+        window = interval if interval is not None else ONCE_WINDOW
+        snap = snapshot_over(backend, window)
+        if gpu is not None:
+            try:
+                snap = snap.only_gpus(parse_gpu_selection(gpu, snap))
+            except ValueError as exc:
+                raise GpuboxError(str(exc), ExitCode.USAGE) from exc
+        if json_out:
+            print_json("top", snap, errors=list(snap.errors))
+        else:
+            from gpubox.cli.top_table import render_tables
+
+            render_tables(snap, console(cfg.get("color")))
+        return int(ExitCode.OK)
+    finally:
+        backend.close()

@@ -1,0 +1,78 @@
+"""`gpubox top --once` as text: a GPU table and a process table."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gpubox import format as fmt
+from gpubox.telemetry.model import BoxSnapshot
+
+
+def render_tables(snap: BoxSnapshot, console: Any) -> None:
+    from rich.table import Table
+
+    host = snap.host
+    console.print(
+        f"[bold]{host.hostname}[/]  driver {host.driver_version or fmt.DASH}  "
+        f"CUDA {host.cuda_driver_version or fmt.DASH}  CPU {fmt.pct(host.cpu_percent)}  "
+        f"RAM {fmt.size(host.mem_used_bytes)}/{fmt.size(host.mem_total_bytes)}"
+        + ("  [yellow](simulated)[/]" if snap.backend == "simulated" else "")
+    )
+    gpus = Table(box=None, pad_edge=False, header_style="bold")
+    for col in ("GPU", "Name", "Busy", "SM act", "SM occ", "Mem", "PCIe RX", "PCIe TX", "Link", "Power", "Temp", "SM clk", "Events"):
+        gpus.add_column(
+            col,
+            no_wrap=True,
+            overflow="ellipsis",
+            max_width=22 if col == "Name" else None,
+            justify="left" if col in {"Name", "Link", "Events"} else "right",
+        )
+    for g in snap.gpus:
+        if g.lost:
+            gpus.add_row(g.label, g.name, "[red]GPU lost[/]", *[""] * 10)
+            continue
+        gpus.add_row(
+            g.label,
+            g.name,
+            fmt.pct(g.gpu_busy),
+            fmt.pct(g.sm_active),
+            fmt.pct(g.sm_occupancy),
+            f"{fmt.size(g.mem_used_bytes)}/{fmt.size(g.mem_total_bytes)}",
+            fmt.rate(g.pcie_rx_Bps),
+            fmt.rate(g.pcie_tx_Bps),
+            fmt.link(g.pcie_link_gen, g.pcie_link_width, g.pcie_link_gen_max, g.pcie_link_width_max),
+            f"{fmt.watts(g.power_w)}/{fmt.watts(g.power_limit_w)}",
+            fmt.temp(g.temperature_c),
+            fmt.mhz(g.clock_sm_mhz),
+            ",".join(g.clock_event_reasons or ()) or fmt.DASH,
+        )
+    console.print(gpus)
+    procs = Table(box=None, pad_edge=False, header_style="bold")
+    for col in ("PID", "GPU", "User", "SM", "GPU mem", "CPU", "RSS", "Loader wait", "Uptime", "Command"):
+        procs.add_column(
+            col,
+            no_wrap=True,
+            overflow="ellipsis",
+            ratio=1 if col == "Command" else None,
+            justify="left" if col in {"User", "Command"} else "right",
+        )
+    labels = {g.uuid: g.label for g in snap.gpus}
+    for p in sorted(snap.processes, key=lambda p: (p.gpu_index, -(p.gpu_mem_bytes or 0))):
+        procs.add_row(
+            str(p.pid),
+            labels.get(p.gpu_uuid, str(p.gpu_index)),
+            p.user or fmt.DASH,
+            fmt.pct(p.sm_util),
+            fmt.size(p.gpu_mem_bytes),
+            fmt.pct(p.cpu_percent),
+            fmt.size(p.rss_bytes),
+            fmt.fraction_pct(p.loader_wait),
+            fmt.uptime(p.start_time, snap.taken_at),
+            p.command or fmt.DASH,
+        )
+    if snap.processes:
+        console.print(procs)
+    else:
+        console.print("no GPU processes")
+    for err in snap.errors:
+        console.print(f"[red]{err}[/]")

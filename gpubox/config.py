@@ -1,0 +1,110 @@
+"""Settings, layered: flags, then GPUBOX_* environment variables, then the user's TOML, then
+the system TOML, then defaults. Unknown keys and bad values are errors that name their source."""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from gpubox.exit_codes import ExitCode, GpuboxError
+from gpubox.paths import Paths, resolve_paths
+
+
+def _parse_bool(raw: object) -> bool:
+    if isinstance(raw, bool):
+        return raw
+    text = str(raw).strip().lower()
+    if text in {"1", "true", "yes", "on"}:
+        return True
+    if text in {"0", "false", "no", "off", ""}:
+        return False
+    raise ValueError(f"expected true or false, got {raw!r}")
+
+
+def _parse_interval(raw: object) -> float:
+    if isinstance(raw, bool):
+        raise ValueError(f"expected seconds, got {raw!r}")
+    value = float(raw)  # type: ignore[arg-type]
+    if not 0.05 <= value <= 3600:
+        raise ValueError(f"must be between 0.05 and 3600 seconds, got {raw!r}")
+    return value
+
+
+# key -> (parser, default). A key "a.b" is `[a] b = ...` in TOML and GPUBOX_A_B in the environment.
+SCHEMA: dict[str, tuple[Callable[[object], Any], Any]] = {
+    "top.interval": (_parse_interval, 1.0),
+    "color": (_parse_bool, True),
+}
+
+
+def env_name(key: str) -> str:
+    return "GPUBOX_" + key.upper().replace(".", "_")
+
+
+@dataclass(frozen=True)
+class Config:
+    values: Mapping[str, Any]
+    sources: Mapping[str, str] = field(default_factory=dict)
+
+    def get(self, key: str) -> Any:
+        return self.values[key]
+
+
+def _flatten(doc: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    flat: dict[str, Any] = {}
+    for key, value in doc.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, dict):
+            flat.update(_flatten(value, name + "."))
+        else:
+            flat[name] = value
+    return flat
+
+
+def _read_toml(path: Path) -> dict[str, Any]:
+    try:
+        with path.open("rb") as fh:
+            return _flatten(tomllib.load(fh))
+    except FileNotFoundError:
+        return {}
+    except PermissionError:
+        return {}  # a system file we may not read is not an error for a user command
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise GpuboxError(f"config file {path}: {exc}", ExitCode.USAGE) from exc
+
+
+def _apply(layer: Mapping[str, Any], source: str, values: dict[str, Any], sources: dict[str, str]) -> None:
+    for key, raw in layer.items():
+        if key not in SCHEMA:
+            raise GpuboxError(f"{source}: unknown setting {key!r}", ExitCode.USAGE)
+        parser = SCHEMA[key][0]
+        try:
+            values[key] = parser(raw)
+        except (TypeError, ValueError) as exc:
+            raise GpuboxError(f"{source}: {key}: {exc}", ExitCode.USAGE) from exc
+        sources[key] = source
+
+
+def load_config(
+    flags: Mapping[str, Any] | None = None,
+    env: Mapping[str, str] | None = None,
+    paths: Paths | None = None,
+) -> Config:
+    env = os.environ if env is None else env
+    paths = paths or resolve_paths(env)
+    values = {key: default for key, (_, default) in SCHEMA.items()}
+    sources = {key: "default" for key in SCHEMA}
+    _apply(_read_toml(paths.system_config_file), str(paths.system_config_file), values, sources)
+    _apply(_read_toml(paths.user_config_file), str(paths.user_config_file), values, sources)
+    env_layer = {key: env[env_name(key)] for key in SCHEMA if env_name(key) in env}
+    for key, raw in env_layer.items():
+        _apply({key: raw}, f"environment variable {env_name(key)}", values, sources)
+    # NO_COLOR (no-color.org) is an environment setting: it beats the TOML files, not GPUBOX_COLOR.
+    if env.get("NO_COLOR") and env_name("color") not in env:
+        values["color"], sources["color"] = False, "NO_COLOR"
+    _apply({k: v for k, v in (flags or {}).items() if v is not None}, "command line", values, sources)
+    return Config(values, sources)

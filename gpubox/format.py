@@ -1,0 +1,67 @@
+"""Short human renderings of figures, shared by the table output and the live view.
+
+A missing figure is an en dash, never 0.
+"""
+
+from __future__ import annotations
+
+import time
+
+DASH = "–"
+
+
+def pct(value: float | None) -> str:
+    return DASH if value is None else f"{value:.0f}%"
+
+
+def fraction_pct(value: float | None) -> str:
+    return DASH if value is None else f"{100 * value:.0f}%"
+
+
+def size(value: float | None) -> str:
+    if value is None:
+        return DASH
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(value) < 1024 or unit == "TiB":
+            return f"{value:.0f}{unit}" if unit == "B" else f"{value:.1f}{unit}"
+        value /= 1024
+    return DASH  # unreachable
+
+
+def rate(value: float | None) -> str:
+    return DASH if value is None else f"{size(value)}/s"
+
+
+def watts(value: float | None) -> str:
+    return DASH if value is None else f"{value:.0f}W"
+
+
+def temp(value: float | None) -> str:
+    return DASH if value is None else f"{value:.0f}°C"
+
+
+def mhz(value: int | None) -> str:
+    return DASH if value is None else f"{value}MHz"
+
+
+def link(gen: int | None, width: int | None, gen_max: int | None, width_max: int | None) -> str:
+    def one(g: int | None, w: int | None) -> str:
+        return f"Gen{g if g is not None else '?'} x{w if w is not None else '?'}"
+
+    if gen is None and width is None:
+        return DASH
+    return f"{one(gen, width)}/{one(gen_max, width_max)}"
+
+
+def uptime(start: float | None, now: float | None = None) -> str:
+    if start is None:
+        return DASH
+    secs = max(0, int((now if now is not None else time.time()) - start))
+    days, rest = divmod(secs, 86400)
+    hours, rest = divmod(rest, 3600)
+    mins, secs = divmod(rest, 60)
+    if days:
+        return f"{days}d{hours:02d}h"
+    if hours:
+        return f"{hours}h{mins:02d}m"
+    return f"{mins}m{secs:02d}s"

@@ -1,0 +1,22 @@
+"""What a telemetry backend is: something that turns the box into a BoxSnapshot, on demand."""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from gpubox.telemetry.model import BoxSnapshot
+
+
+class BackendUnavailable(Exception):
+    """The backend cannot start at all (no driver, no NVML library): exit code 3."""
+
+
+class TelemetryBackend(Protocol):
+    name: str
+
+    def sample(self) -> BoxSnapshot:
+        """Take one snapshot. Rates are over the time since the previous call; the first call
+        returns them as None with reason `warming_up`. Must not sleep to take two samples."""
+        ...
+
+    def close(self) -> None: ...

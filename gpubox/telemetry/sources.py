@@ -1,0 +1,52 @@
+"""Choosing a backend, and taking one snapshot whose rates cover a known window."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+from gpubox.telemetry.backend import TelemetryBackend
+from gpubox.telemetry.model import BoxSnapshot
+
+
+def open_backend(demo: bool, demo_gpus: int = 4, demo_processes: int = 12) -> TelemetryBackend:
+    """The simulated box, or NVML (raises BackendUnavailable when there is no driver)."""
+    if demo:
+        from gpubox.telemetry.simulated import SimulatedBackend
+
+        return SimulatedBackend(gpus=demo_gpus, processes=demo_processes)
+    from gpubox.telemetry.nvml_backend import NvmlBackend
+
+    return NvmlBackend()
+
+
+def snapshot_over(
+    backend: TelemetryBackend, window: float, sleep: Callable[[float], None] = time.sleep
+) -> BoxSnapshot:
+    """One snapshot whose rates (GPM, PCIe, CPU %) are averaged over `window` seconds: a
+    one-shot reader has no previous refresh, so it takes one and waits."""
+    backend.sample()
+    sleep(window)
+    return backend.sample()
+
+
+def parse_gpu_selection(text: str, snapshot: BoxSnapshot) -> frozenset[int]:
+    """'0,2' or UUIDs (or unique UUID prefixes) to NVML indices; ValueError names the bad one."""
+    chosen: set[int] = set()
+    indices = sorted({g.index for g in snapshot.gpus})
+    for part in (p.strip() for p in text.split(",")):
+        if not part:
+            continue
+        if part.isdigit():
+            if int(part) not in indices:
+                have = ", ".join(map(str, indices)) or "none"
+                raise ValueError(f"no GPU {part} on this box (GPUs: {have})")
+            chosen.add(int(part))
+            continue
+        matches = {g.index for g in snapshot.gpus if g.uuid.lower().startswith(part.lower())}
+        if len(matches) != 1:
+            raise ValueError(f"{part!r} names {'no' if not matches else 'more than one'} GPU")
+        chosen |= matches
+    if not chosen:
+        raise ValueError("--gpu needs GPU indices or UUIDs, like --gpu 0,2")
+    return frozenset(chosen)
