@@ -53,7 +53,7 @@ def run(argv: list[str]) -> int:
     except GpuboxError as exc:
         sys.stderr.write(f"gpubox: {exc.message}\n")
         return int(exc.code)
-    except (click.Abort, KeyboardInterrupt):
+    except (typer.Abort, KeyboardInterrupt):
         sys.stderr.write("gpubox: interrupted\n")
         return int(ExitCode.INTERRUPTED)
     except click.ClickException as exc:

@@ -47,7 +47,7 @@ def top(
         if not once:
             from gpubox.tui.top_app import run_live
 
-            return run_live(backend, interval=cfg.get("top.interval"), gpu_filter=gpu, color=cfg.get("color"))
+            return int(run_live(backend, interval=cfg.get("top.interval"), gpu_filter=gpu, color=cfg.get("color")))
         window = interval if interval is not None else ONCE_WINDOW
         snap = snapshot_over(backend, window)
         if gpu is not None:

@@ -7,6 +7,22 @@ from typing import Any
 from gpubox import format as fmt
 from gpubox.telemetry.model import BoxSnapshot
 
+GPU_COLUMNS = (
+    "GPU",
+    "Name",
+    "Busy",
+    "SM act",
+    "SM occ",
+    "Mem",
+    "PCIe RX",
+    "PCIe TX",
+    "Link",
+    "Power",
+    "Temp",
+    "SM clk",
+)
+PROCESS_COLUMNS = ("PID", "GPU", "User", "SM", "GPU mem", "CPU", "RSS", "Loader wait", "Uptime", "Command")
+
 
 def render_tables(snap: BoxSnapshot, console: Any) -> None:
     from rich.table import Table
@@ -19,7 +35,7 @@ def render_tables(snap: BoxSnapshot, console: Any) -> None:
         + ("  [yellow](simulated)[/]" if snap.backend == "simulated" else "")
     )
     gpus = Table(box=None, pad_edge=False, header_style="bold")
-    for col in ("GPU", "Name", "Busy", "SM act", "SM occ", "Mem", "PCIe RX", "PCIe TX", "Link", "Power", "Temp", "SM clk", "Events"):
+    for col in (*GPU_COLUMNS, "Events"):
         gpus.add_column(
             col,
             no_wrap=True,
@@ -48,7 +64,7 @@ def render_tables(snap: BoxSnapshot, console: Any) -> None:
         )
     console.print(gpus)
     procs = Table(box=None, pad_edge=False, header_style="bold")
-    for col in ("PID", "GPU", "User", "SM", "GPU mem", "CPU", "RSS", "Loader wait", "Uptime", "Command"):
+    for col in PROCESS_COLUMNS:
         procs.add_column(
             col,
             no_wrap=True,

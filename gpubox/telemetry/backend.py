@@ -19,4 +19,10 @@ class TelemetryBackend(Protocol):
         returns them as None with reason `warming_up`. Must not sleep to take two samples."""
         ...
 
+    def send_signal(self, pid: int, sig: int, start_time: float | None) -> None:
+        """Signal a GPU process. `start_time` (from its snapshot) guards against a recycled pid:
+        ProcessLookupError if the pid is gone or is another process now, PermissionError if
+        it is not ours to signal."""
+        ...
+
     def close(self) -> None: ...

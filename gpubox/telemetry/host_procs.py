@@ -72,6 +72,19 @@ class PidTable:
         return PidInfo(user, command, cpu, rss, started, reasons)
 
 
+def signal_process(pid: int, sig: int, start_time: float | None) -> None:
+    """Send `sig` to pid only if it is still the process that started at `start_time`."""
+    try:
+        proc = psutil.Process(pid)
+        if start_time is not None and abs(proc.create_time() - start_time) > 0.01:
+            raise ProcessLookupError(f"pid {pid} is now another process")
+        proc.send_signal(sig)
+    except psutil.NoSuchProcess as exc:
+        raise ProcessLookupError(f"pid {pid} has exited") from exc
+    except psutil.AccessDenied as exc:
+        raise PermissionError(f"not allowed to signal pid {pid}") from exc
+
+
 def _user(proc: psutil.Process) -> str | None:
     try:
         return proc.username()

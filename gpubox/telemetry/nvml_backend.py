@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from functools import partial
 from types import ModuleType
 from typing import Any
 
 from gpubox.telemetry.backend import BackendUnavailable
-from gpubox.telemetry.host_procs import PidTable, host_snapshot
+from gpubox.telemetry.host_procs import PidInfo, PidTable, host_snapshot, signal_process
 from gpubox.telemetry.model import BoxSnapshot, GpuSnapshot, ProcessSnapshot, Reason
 from gpubox.telemetry.nvml_errors import PERMANENT, nvml_errors, reason_for
 
@@ -58,7 +59,8 @@ def load_nvml() -> ModuleType:
         raise BackendUnavailable("no permission to open the NVIDIA devices (/dev/nvidia*)") from exc
     except pynvml.NVMLError as exc:
         raise BackendUnavailable(f"NVML failed to start: {exc}") from exc
-    return pynvml
+    module: ModuleType = pynvml
+    return module
 
 
 @dataclass
@@ -358,7 +360,9 @@ class NvmlBackend:
         n, h = self._nvml, dev.handle
         why: dict[str, str] = {}
         tx = self._call(dev, "pcie_throughput", lambda: n.nvmlDeviceGetPcieThroughput(h, 0) * 1024.0, why)
-        rx = None if tx is None else self._call(dev, "pcie_throughput", lambda: n.nvmlDeviceGetPcieThroughput(h, 1) * 1024.0, why)
+        rx = None
+        if tx is not None:
+            rx = self._call(dev, "pcie_throughput", lambda: n.nvmlDeviceGetPcieThroughput(h, 1) * 1024.0, why)
         if tx is not None and rx is not None:
             dev.pcie_source = "throughput"
             return tx, rx
@@ -391,7 +395,7 @@ class NvmlBackend:
             ("graphics", n.nvmlDeviceGetGraphicsRunningProcesses),
             ("compute", n.nvmlDeviceGetComputeRunningProcesses),
         ):
-            running = self._call(dev, f"{kind}_processes", lambda fn=fn: fn(h)) or []
+            running = self._call(dev, f"{kind}_processes", partial(fn, h)) or []
             for p in running:
                 mem = p.usedGpuMemory
                 found[int(p.pid)] = (kind, int(mem) if mem is not None else None)
@@ -444,10 +448,13 @@ class NvmlBackend:
                 latest[int(s.pid)] = (ts, float(s.smUtil))
         return {pid: util for pid, (_, util) in latest.items()}
 
+    def send_signal(self, pid: int, sig: int, start_time: float | None) -> None:
+        signal_process(pid, sig, start_time)
+
     def close(self) -> None:
         for dev in self._devices:
             for s in dev.gpm_samples:
-                self._try(lambda s=s: self._nvml.nvmlGpmSampleFree(s))
+                self._try(partial(self._nvml.nvmlGpmSampleFree, s))
             dev.gpm_samples = []
         self._try(self._nvml.nvmlShutdown)
 
@@ -456,8 +463,11 @@ def _text(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
+_IDENTITY = frozenset({"index", "uuid", "name", "pci_bus_id", "mig_instance", "lost", "reasons"})
+
+
 def _lost(dev: _Device) -> GpuSnapshot:
-    names = [f for f in GpuSnapshot.__dataclass_fields__ if f not in {"index", "uuid", "name", "pci_bus_id", "mig_instance", "lost", "reasons"}]
+    names = [f for f in GpuSnapshot.__dataclass_fields__ if f not in _IDENTITY]
     return GpuSnapshot(
         index=dev.index,
         uuid=dev.uuid,
@@ -469,9 +479,7 @@ def _lost(dev: _Device) -> GpuSnapshot:
     )
 
 
-def _with_pid_info(p: ProcessSnapshot, info: Any) -> ProcessSnapshot:
-    from dataclasses import replace
-
+def _with_pid_info(p: ProcessSnapshot, info: PidInfo | None) -> ProcessSnapshot:
     reasons = dict(p.reasons)
     reasons["loader_wait"] = Reason.NOT_MEASURED.value
     if info is None:

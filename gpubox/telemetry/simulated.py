@@ -59,7 +59,8 @@ class SimulatedBackend:
         self._tick = 0
         self._gpus = [_MODELS[0] if i < max(1, gpus - 1) else _MODELS[1 + i % 2] for i in range(gpus)]
         self._phase = [self._rng.uniform(0, math.tau) for _ in range(gpus)]
-        self._procs = []
+        self._procs: list[tuple[int, int, str, str, float]] = []
+        self.signals: list[tuple[int, int]] = []  # what send_signal was asked to do, for tests
         for n in range(processes):
             user, cmd = _COMMANDS[n % len(_COMMANDS)]
             self._procs.append((10_000 + 17 * n, n % gpus, user, cmd, self._rng.uniform(0.5, 12) * GIB))
@@ -150,6 +151,15 @@ class SimulatedBackend:
             start_time=now - 3600 * (1 + n),
             reasons={"loader_wait": Reason.NOT_MEASURED.value},
         )
+
+    def send_signal(self, pid: int, sig: int, start_time: float | None) -> None:
+        """A simulated process "exits" on any signal; no real process is ever signalled."""
+        for n, proc in enumerate(self._procs):
+            if proc[0] == pid:
+                del self._procs[n]
+                self.signals.append((pid, sig))
+                return
+        raise ProcessLookupError(f"pid {pid} has exited")
 
     def close(self) -> None:
         pass

@@ -20,9 +20,7 @@ def open_backend(demo: bool, demo_gpus: int = 4, demo_processes: int = 12) -> Te
     return NvmlBackend()
 
 
-def snapshot_over(
-    backend: TelemetryBackend, window: float, sleep: Callable[[float], None] = time.sleep
-) -> BoxSnapshot:
+def snapshot_over(backend: TelemetryBackend, window: float, sleep: Callable[[float], None] = time.sleep) -> BoxSnapshot:
     """One snapshot whose rates (GPM, PCIe, CPU %) are averaged over `window` seconds: a
     one-shot reader has no previous refresh, so it takes one and waits."""
     backend.sample()
