@@ -1,0 +1,58 @@
+import os
+from pathlib import Path
+
+import pytest
+
+from gpubox.paths import ensure_private_dir, resolve_paths
+
+
+def test_xdg_variables_are_used(tmp_path: Path) -> None:
+    env = {
+        "HOME": str(tmp_path),
+        "XDG_CONFIG_HOME": str(tmp_path / "cfg"),
+        "XDG_STATE_HOME": str(tmp_path / "state"),
+        "XDG_RUNTIME_DIR": str(tmp_path / "run"),
+    }
+    p = resolve_paths(env, uid=1234)
+    assert p.config_dir == tmp_path / "cfg" / "gpubox"
+    assert p.user_config_file == tmp_path / "cfg" / "gpubox" / "config.toml"
+    assert p.state_dir == tmp_path / "state" / "gpubox"
+    assert p.runtime_dir == tmp_path / "run" / "gpubox"
+
+
+def test_defaults_under_home_and_relative_xdg_ignored(tmp_path: Path) -> None:
+    env = {"HOME": str(tmp_path), "XDG_STATE_HOME": "relative/state"}
+    p = resolve_paths(env, uid=1234)
+    assert p.config_dir == tmp_path / ".config" / "gpubox"
+    assert p.state_dir == tmp_path / ".local" / "state" / "gpubox"
+
+
+def test_runtime_fallback_is_the_same_with_and_without_a_login_environment(tmp_path: Path) -> None:
+    """cron has no XDG_RUNTIME_DIR; it must still find the directory a login session uses."""
+    uid = os.getuid()
+    cron = resolve_paths({"HOME": str(tmp_path)}, uid=uid)
+    run_user = Path(f"/run/user/{uid}")
+    if run_user.is_dir():
+        login = resolve_paths({"HOME": str(tmp_path), "XDG_RUNTIME_DIR": str(run_user)}, uid=uid)
+        assert cron.runtime_dir == login.runtime_dir
+    else:
+        assert cron.runtime_dir == Path(f"/tmp/gpubox-{uid}")
+    # A uid with no /run/user entry falls back to a private /tmp folder, never to a shared one.
+    assert resolve_paths({"HOME": str(tmp_path)}, uid=4_000_000).runtime_dir == Path("/tmp/gpubox-4000000")
+
+
+def test_overrides(tmp_path: Path) -> None:
+    env = {"HOME": str(tmp_path), "GPUBOX_STATE_DIR": str(tmp_path / "s"), "GPUBOX_RUNTIME_DIR": str(tmp_path / "r")}
+    p = resolve_paths(env, uid=1)
+    assert (p.state_dir, p.runtime_dir) == (tmp_path / "s", tmp_path / "r")
+
+
+def test_private_dir_is_0700_and_refuses_someone_elses(tmp_path: Path) -> None:
+    d = ensure_private_dir(tmp_path / "a" / "b")
+    assert d.stat().st_mode & 0o777 == 0o700
+    if os.getuid() == 0:
+        other = tmp_path / "other"
+        other.mkdir()
+        os.chown(other, 12345, 12345)
+        with pytest.raises(PermissionError):
+            ensure_private_dir(other)
