@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Checks that need a real NVIDIA GPU. Runs in under 8 minutes; prints a short report.
+# Needs: an NVIDIA driver, torch with CUDA and nvidia-ml-py importable by $PYTHON (default python3).
+# gpubox's other dependencies come from the index, or from ./wheels when that folder exists.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PYTHON=${PYTHON:-python3}
+
+echo "== gpubox gpu-check $(date -u +%Y-%m-%dT%H:%M:%SZ)"
+nvidia-smi --query-gpu=index,name,driver_version,pcie.link.gen.current,pcie.link.width.current --format=csv,noheader || true
+
+if ! "$PYTHON" -c "import gpubox, textual, typer" 2>/dev/null; then
+    if [ -d wheels ]; then
+        "$PYTHON" -m pip install -q --no-index --find-links wheels -e . 2>&1 | tail -2
+    else
+        "$PYTHON" -m pip install -q -e . 2>&1 | tail -2
+    fi
+fi
+"$PYTHON" -c "import torch; assert torch.cuda.is_available(), 'torch has no CUDA'; print('torch', torch.__version__)"
+
+echo "== top --once (table)"
+timeout 60 "$PYTHON" -m gpubox top --once --no-color
+echo "== top --once --json under load"
+timeout 300 "$PYTHON" scripts/gpu_check.py
