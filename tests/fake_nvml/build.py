@@ -70,7 +70,9 @@ def library_path(variant: str = "full") -> Path:
     return build_fake_nvml(variant) / LIB_NAME
 
 
-def fake_nvml_env(scenario_path: str | os.PathLike[str], variant: str = "full", base: dict[str, str] | None = None) -> dict[str, str]:
+def fake_nvml_env(
+    scenario_path: str | os.PathLike[str], variant: str = "full", base: dict[str, str] | None = None
+) -> dict[str, str]:
     """An environment for a child process that loads the fake through pynvml's CDLL call."""
     env = dict(os.environ if base is None else base)
     lib_dir = str(build_fake_nvml(variant))

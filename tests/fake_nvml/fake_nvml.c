@@ -33,7 +33,8 @@
  *   device_count=N                  optional; must equal the number of [gpu] sections
  *   init_error=NAME                 nvmlInit fails: driver_not_loaded | no_permission |
  *                                   lib_rm_version_mismatch | unknown
- *   process_utilization=ok          | no_permission | not_supported (nvmlDeviceGetProcessUtilization)
+ *   process_utilization=ok          nvmlDeviceGetProcessUtilization works; or no_permission |
+ *                                   not_supported: it fails so
  *   struct_version_mismatch=0       1: the driver knows no version of the versioned structs
  *                                   (nvmlMemory_v2_t, nvmlGpmMetricsGet_t, nvmlGpmSupport_t):
  *                                   those calls return NVML_ERROR_ARGUMENT_VERSION_MISMATCH
@@ -78,6 +79,16 @@
  * it saw always gets one fresh sample per process; one that passes a later time gets
  * NVML_ERROR_NOT_FOUND, as does any caller on a GPU whose processes are all sampled=0.
  * GPM metrics are the scenario's figures over any two filled samples (sample2 newer).
+ *
+ * ---------------------------------------------------------------------------------------------
+ * Devices
+ * ---------------------------------------------------------------------------------------------
+ * A handle is a pointer to one of the library's device records; any other pointer, or NULL,
+ * gives NVML_ERROR_INVALID_ARGUMENT, as does a NULL output pointer. MIG device handles answer
+ * name, UUID, index (the parent's), memory, BAR1, running processes, instance ids and the
+ * parent handle; the other figures are NOT_SUPPORTED on them, as with a real driver. A GPU in
+ * MIG mode has no utilization rates and no per-process utilization (NOT_SUPPORTED).
+ * nvmlDeviceGetPcieThroughput reports KB/s with 1 KB = 1024 bytes.
  */
 
 #define _GNU_SOURCE
@@ -634,7 +645,8 @@ static int in_list(const char *list, const char *fn)
     /* list is "a,b,c"; compare whole names only */
     size_t n = strlen(fn);
     for (const char *p = list; (p = strstr(p, fn)) != NULL; p += n)
-        if ((p == list || p[-1] == ',' || p[-1] == ' ') && (p[n] == '\0' || p[n] == ',' || p[n] == ' '))
+        if ((p == list || p[-1] == ',' || p[-1] == ' ') &&
+            (p[n] == '\0' || p[n] == ',' || p[n] == ' '))
             return 1;
     return 0;
 }
@@ -878,7 +890,8 @@ API nvmlReturn_t nvmlDeviceGetHandleByPciBusId_v2(const char *pciBusId, nvmlDevi
     for (unsigned int i = 0; i < g_n_gpus; i++) {
         /* accept both the 8-digit and the legacy 4-digit domain spelling */
         const char *id = g_gpus[i].pci_bus_id;
-        if (strcasecmp(id, pciBusId) == 0 || (strlen(id) > 4 && strcasecmp(id + 4, pciBusId) == 0)) {
+        if (strcasecmp(id, pciBusId) == 0 ||
+            (strlen(id) > 4 && strcasecmp(id + 4, pciBusId) == 0)) {
             *device = (nvmlDevice_t)&g_gpus[i];
             RETURN(g_gpus[i].lost ? NVML_ERROR_GPU_IS_LOST : NVML_SUCCESS);
         }
@@ -1195,7 +1208,8 @@ API nvmlReturn_t nvmlDeviceGetPcieThroughput(nvmlDevice_t device, int counter, u
         RETURN(NVML_ERROR_INVALID_ARGUMENT);
     if (!d->pcie_throughput)
         RETURN(NVML_ERROR_NOT_SUPPORTED);
-    *value = (unsigned int)((counter == NVML_PCIE_UTIL_TX_BYTES ? d->pcie_tx_bps : d->pcie_rx_bps) / 1024);
+    unsigned long long bps = counter == NVML_PCIE_UTIL_TX_BYTES ? d->pcie_tx_bps : d->pcie_rx_bps;
+    *value = (unsigned int)(bps / 1024);
     unsigned int delay = g_sys.pcie_throughput_delay_us;
     unlock(); /* block like the driver, without holding up other threads' calls */
     if (delay)
@@ -1231,8 +1245,9 @@ API nvmlReturn_t nvmlDeviceGetFieldValues(nvmlDevice_t device, int valuesCount,
             if (!g->pcie_counters)
                 break;
             v->valueType = NVML_VALUE_TYPE_UNSIGNED_LONG_LONG;
-            v->value.ullVal = secs * (v->fieldId == NVML_FI_DEV_PCIE_COUNT_TX_BYTES ? g->pcie_tx_bps
-                                                                                   : g->pcie_rx_bps);
+            v->value.ullVal = secs * (v->fieldId == NVML_FI_DEV_PCIE_COUNT_TX_BYTES
+                                          ? g->pcie_tx_bps
+                                          : g->pcie_rx_bps);
             v->nvmlReturn = NVML_SUCCESS;
             break;
         case NVML_FI_DEV_NVLINK_LINK_COUNT:
@@ -1274,19 +1289,24 @@ static nvmlReturn_t running_processes(struct dev *d, int graphics, unsigned int 
     unsigned int n = 0;
     for (unsigned int i = 0; i < g_n_procs; i++) {
         const struct proc *p = &g_procs[i];
-        int kind = strcmp(p->type, "both") == 0 || strcmp(p->type, graphics ? "graphics" : "compute") == 0;
+        const char *wanted = graphics ? "graphics" : "compute";
+        int kind = strcmp(p->type, "both") == 0 || strcmp(p->type, wanted) == 0;
         if (!kind || !proc_on(p, d))
             continue;
         if (infos && n < *count) {
             infos[n].pid = p->pid;
             infos[n].usedGpuMemory = p->used_memory;
             int in_mig = p->gpu_instance_id >= 0;
-            infos[n].gpuInstanceId = in_mig ? (unsigned int)p->gpu_instance_id : NVML_VALUE_NOT_AVAILABLE_UINT;
-            infos[n].computeInstanceId = in_mig ? p->compute_instance_id : NVML_VALUE_NOT_AVAILABLE_UINT;
+            /* outside MIG the driver reports both instance ids as "not available" */
+            infos[n].gpuInstanceId =
+                in_mig ? (unsigned int)p->gpu_instance_id : NVML_VALUE_NOT_AVAILABLE_UINT;
+            infos[n].computeInstanceId =
+                in_mig ? p->compute_instance_id : NVML_VALUE_NOT_AVAILABLE_UINT;
         }
         n++;
     }
-    nvmlReturn_t rc = (n > *count || (n > 0 && !infos)) ? NVML_ERROR_INSUFFICIENT_SIZE : NVML_SUCCESS;
+    nvmlReturn_t rc =
+        (n > *count || (n > 0 && !infos)) ? NVML_ERROR_INSUFFICIENT_SIZE : NVML_SUCCESS;
     *count = n;
     return rc;
 }
@@ -1353,7 +1373,8 @@ API nvmlReturn_t nvmlDeviceGetProcessUtilization(nvmlDevice_t device,
     }
     if (n == 0)
         RETURN(NVML_ERROR_NOT_FOUND);
-    nvmlReturn_t rc = (!utilization || n > *processSamplesCount) ? NVML_ERROR_INSUFFICIENT_SIZE : NVML_SUCCESS;
+    nvmlReturn_t rc = (!utilization || n > *processSamplesCount) ? NVML_ERROR_INSUFFICIENT_SIZE
+                                                                 : NVML_SUCCESS;
     *processSamplesCount = n;
     RETURN(rc);
 }

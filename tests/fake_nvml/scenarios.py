@@ -444,7 +444,9 @@ def with_pids(box: FakeBox, pids: list[int]) -> FakeBox:
     """A copy of `box` whose processes (in GPU order) take the given pids, e.g. real sleeping
     processes for benchmarks; there must be at least as many pids as processes."""
     out = dataclasses.replace(box, gpus=[], unsupported=list(box.unsupported))
-    out.gpus = [dataclasses.replace(g, processes=[], migs=list(g.migs), unsupported=list(g.unsupported)) for g in box.gpus]
+    out.gpus = [
+        dataclasses.replace(g, processes=[], migs=list(g.migs), unsupported=list(g.unsupported)) for g in box.gpus
+    ]
     pid_iter = iter(pids)
     for src, dst in zip(box.gpus, out.gpus, strict=True):
         for p in src.processes:
