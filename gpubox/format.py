@@ -44,6 +44,13 @@ def mhz(value: int | None) -> str:
     return DASH if value is None else f"{value}MHz"
 
 
+def events(reasons: tuple[str, ...] | None) -> str:
+    """Clock event (throttle) reasons: "none" when the driver says none, a dash when unknown."""
+    if reasons is None:
+        return DASH
+    return ",".join(reasons) or "none"
+
+
 def link(gen: int | None, width: int | None, gen_max: int | None, width_max: int | None) -> str:
     def one(g: int | None, w: int | None) -> str:
         return f"Gen{g if g is not None else '?'} x{w if w is not None else '?'}"

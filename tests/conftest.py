@@ -20,3 +20,6 @@ def isolated_env(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.M
             monkeypatch.delenv(name)
     monkeypatch.setenv("GPUBOX_SYSTEM_CONFIG", str(home / "etc-gpubox-config.toml"))
     yield home
+
+
+from tests.fake_nvml.harness import nvml  # noqa: E402,F401  (the fixture, for every test)

@@ -60,7 +60,7 @@ def render_tables(snap: BoxSnapshot, console: Any) -> None:
             f"{fmt.watts(g.power_w)}/{fmt.watts(g.power_limit_w)}",
             fmt.temp(g.temperature_c),
             fmt.mhz(g.clock_sm_mhz),
-            ",".join(g.clock_event_reasons or ()) or fmt.DASH,
+            fmt.events(g.clock_event_reasons),
         )
     console.print(gpus)
     procs = Table(box=None, pad_edge=False, header_style="bold")

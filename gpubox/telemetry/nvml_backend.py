@@ -76,6 +76,7 @@ class _Device:
     static: dict[str, Any] = field(default_factory=dict)  # figures that never change
     dead: dict[str, Reason] = field(default_factory=dict)  # calls not to repeat, and why
     lost: bool = False
+    mig_parent: bool = False
     gpm_supported: bool = False
     gpm_samples: list[Any] = field(default_factory=list)
     gpm_filled: int = 0  # how many of gpm_samples hold data
@@ -141,7 +142,10 @@ class NvmlBackend:
         parent = _Device(handle, index, uuid, name, bus_id, None)
         self._read_static(parent)
         migs = self._mig_devices(parent)
-        return migs or [parent]
+        # In MIG mode the parent keeps the whole-card figures (power, clocks, PCIe); memory and
+        # processes belong to the instances, so the parent lists none to avoid counting twice.
+        parent.mig_parent = bool(migs)
+        return [parent, *migs]
 
     def _mig_devices(self, parent: _Device) -> list[_Device]:
         n = self._nvml
@@ -160,10 +164,12 @@ class NvmlBackend:
             try:
                 mh = n.nvmlDeviceGetMigDeviceHandleByIndex(parent.handle, slot)
                 gi = n.nvmlDeviceGetGpuInstanceId(mh)
-                mig = _Device(mh, parent.index, _text(n.nvmlDeviceGetUUID(mh)), parent.name, parent.pci_bus_id, gi)
+                mig_uuid, mig_name = _text(n.nvmlDeviceGetUUID(mh)), _text(n.nvmlDeviceGetName(mh))
+                mig = _Device(mh, parent.index, mig_uuid, mig_name, parent.pci_bus_id, gi)
             except self._errors:
                 continue  # an empty slot raises NotFound
-            mig.static = dict(parent.static)
+            # The link is the card's; memory is the instance's own.
+            mig.static = {k: v for k, v in parent.static.items() if k.startswith("pcie_")}
             self._read_static(mig)
             out.append(mig)
         return out
@@ -281,7 +287,7 @@ class NvmlBackend:
             reasons=reasons,
             **values,
         )
-        return gpu, self._processes(dev)
+        return gpu, [] if dev.mig_parent else self._processes(dev)
 
     def _clock_events(self, dev: _Device, reasons: dict[str, str]) -> tuple[str, ...] | None:
         n, h = self._nvml, dev.handle

@@ -10,7 +10,7 @@ import subprocess
 import sys
 import textwrap
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -83,38 +83,6 @@ BACKEND_FUNCTIONS = (
 
 
 # -- harness --------------------------------------------------------------------------------
-
-
-def _shutdown_all(lib: ctypes.CDLL) -> None:
-    """Bring the library's init count back to zero, whatever a test left behind."""
-    for _ in range(64):
-        if lib.nvmlShutdown() != 0:
-            return
-
-
-@pytest.fixture
-def nvml(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[..., Any]]:
-    """Start the real pynvml on the fake library in this process: nvml(box) -> pynvml module."""
-    saved = pynvml.nvmlLib
-    libs: list[ctypes.CDLL] = []
-
-    def start(box: FakeBox, variant: str | None = None, init: bool = True) -> Any:
-        path = box.write(tmp_path / "scenario.txt")
-        monkeypatch.setenv("FAKE_NVML_SCENARIO", str(path))
-        lib = ctypes.CDLL(str(library_path(variant or box.library_variant)))
-        libs.append(lib)
-        _shutdown_all(lib)
-        pynvml.nvmlLib = lib
-        pynvml._nvmlGetFunctionPointer_cache.clear()
-        if init:
-            pynvml.nvmlInit()
-        return pynvml
-
-    yield start
-    for lib in libs:
-        _shutdown_all(lib)
-    pynvml.nvmlLib = saved
-    pynvml._nvmlGetFunctionPointer_cache.clear()
 
 
 def run_python(tmp_path: Path, box: FakeBox, code: str, timeout: float = 120) -> Any:

@@ -1,0 +1,80 @@
+"""The NVML backend over many refreshes, in this process, on the fake library."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gpubox.telemetry.nvml_backend import NvmlBackend, decode_clock_events
+from tests.fake_nvml import scenarios
+
+
+class CountingNvml:
+    """Wraps the pynvml module and counts calls by function name."""
+
+    def __init__(self, module: Any) -> None:
+        self._m = module
+        self.calls: dict[str, int] = {}
+
+    def __getattr__(self, name: str) -> Any:
+        value = getattr(self._m, name)
+        if name.startswith("nvml") and callable(value):
+
+            def counted(*args: Any, **kwargs: Any) -> Any:
+                self.calls[name] = self.calls.get(name, 0) + 1
+                return value(*args, **kwargs)
+
+            return counted
+        return value
+
+
+def test_lost_gpu_does_not_stop_the_sampler(nvml: Any) -> None:
+    box = scenarios.lost_gpu(processes=4)
+    backend = NvmlBackend(nvml(box), clock=lambda: 1000.0)
+    snaps = [backend.sample() for _ in range(5)]
+    assert [s.gpus[1].lost for s in snaps] == [False, False, True, True, True]
+    for s in snaps:
+        assert s.gpus[0].lost is False and s.gpus[0].gpu_busy == box.gpus[0].gpu_util
+        assert len(s.gpus) == 2
+    assert {p.gpu_index for p in snaps[-1].processes} == {0}
+    backend.close()
+
+
+def test_first_refresh_warms_up_then_rates_come_from_the_previous_one(nvml: Any) -> None:
+    box = scenarios.hopper(gpus=1, processes=0)
+    backend = NvmlBackend(nvml(box), clock=lambda: 1000.0)
+    first = backend.sample().gpus[0]
+    assert first.sm_active is None and first.reasons["sm_active"] == "warming_up"
+    assert first.pcie_rx_Bps is None and first.reasons["pcie_rx_Bps"] == "warming_up"
+    for _ in range(3):
+        g = backend.sample().gpus[0]
+        assert g.sm_active == box.gpus[0].sm_active and g.pcie_rx_Bps == box.gpus[0].pcie_rx_bps
+    backend.close()
+
+
+def test_unsupported_calls_are_not_repeated_every_refresh(nvml: Any) -> None:
+    box = scenarios.consumer(processes=1)
+    counting = CountingNvml(nvml(box))
+    backend = NvmlBackend(counting, clock=lambda: 1000.0)  # type: ignore[arg-type]
+    for _ in range(5):
+        backend.sample()
+    assert counting.calls.get("nvmlGpmSampleGet", 0) == 0  # GPM query said unsupported
+    assert counting.calls["nvmlDeviceGetFieldValues"] == 1
+    assert counting.calls["nvmlDeviceGetPcieThroughput"] == 1
+    assert counting.calls["nvmlDeviceGetUtilizationRates"] == 5
+    backend.close()
+
+
+def test_gpm_samples_are_freed_on_close(nvml: Any) -> None:
+    box = scenarios.hopper(gpus=2, processes=0)
+    counting = CountingNvml(nvml(box))
+    backend = NvmlBackend(counting, clock=lambda: 1000.0)  # type: ignore[arg-type]
+    backend.sample()
+    backend.sample()
+    backend.close()
+    assert counting.calls["nvmlGpmSampleAlloc"] == counting.calls["nvmlGpmSampleFree"] == 4
+    assert counting.calls["nvmlShutdown"] == 1
+
+
+def test_clock_event_names() -> None:
+    assert decode_clock_events(0) == ()
+    assert decode_clock_events(0x4 | 0x20) == ("sw_power_cap", "sw_thermal_slowdown")

@@ -1,0 +1,225 @@
+"""The real NVML backend, through the real pynvml, against the fake libnvidia-ml.so.1.
+
+Each scenario runs `gpubox top --once --json` in a subprocess with the fake on LD_LIBRARY_PATH,
+and every figure is checked against the scenario that defined it.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.fake_nvml import scenarios
+from tests.fake_nvml.build import fake_nvml_env
+from tests.fake_nvml.scenarios import MIB, FakeBox, FakeGpu
+from tests.helpers import run_gpubox
+
+EVENT_NAMES = {
+    0x1: "gpu_idle",
+    0x4: "sw_power_cap",
+    0x20: "sw_thermal_slowdown",
+    0x40: "hw_thermal_slowdown",
+    0x80: "hw_power_brake_slowdown",
+    0x100: "display_clock_setting",
+}
+
+
+def top_json(box: FakeBox, tmp_path: Path, *extra: str) -> tuple[int, dict[str, Any], str]:
+    path = box.write(tmp_path / "scenario.txt")
+    res = run_gpubox(
+        "top", "--once", "--json", "--interval", "0.05", *extra, env=fake_nvml_env(path, box.library_variant)
+    )
+    return res.returncode, json.loads(res.stdout) if res.stdout else {}, res.stderr
+
+
+def events(mask: int) -> list[str]:
+    return [name for bit, name in sorted(EVENT_NAMES.items()) if mask & bit]
+
+
+def assert_gpu_matches(gpu: dict[str, Any], spec: FakeGpu, index: int) -> None:
+    assert gpu["index"] == index
+    assert gpu["uuid"] == spec.uuid
+    assert gpu["name"] == spec.name
+    assert gpu["pci_bus_id"] == spec.pci_bus_id
+    assert gpu["lost"] is False
+    assert gpu["gpu_busy"] == spec.gpu_util
+    assert gpu["mem_busy"] == spec.mem_util
+    assert gpu["mem_total_bytes"] == spec.memory_total
+    assert gpu["mem_used_bytes"] == spec.memory_used
+    assert gpu["power_w"] == spec.power_mw / 1000
+    assert gpu["power_limit_w"] == (spec.enforced_power_limit_mw or spec.power_limit_mw) / 1000
+    assert gpu["temperature_c"] == spec.temperature
+    assert gpu["clock_sm_mhz"] == spec.sm_clock
+    assert gpu["clock_mem_mhz"] == spec.mem_clock
+    assert gpu["clock_event_reasons"] == events(spec.clock_event_reasons)
+    assert (gpu["pcie_link_gen"], gpu["pcie_link_width"]) == (spec.pcie_gen, spec.pcie_width)
+    assert (gpu["pcie_link_gen_max"], gpu["pcie_link_width_max"]) == (spec.pcie_gen_max, spec.pcie_width_max)
+
+
+def test_hopper8_every_figure(tmp_path: Path) -> None:
+    box = scenarios.hopper8(processes=40)
+    code, doc, err = top_json(box, tmp_path)
+    assert code == 0, err
+    data = doc["data"]
+    assert data["backend"] == "nvml"
+    assert data["host"]["driver_version"] == box.driver_version
+    assert data["host"]["cuda_driver_version"] == "12.4"
+    assert data["host"]["nvml_version"] == box.nvml_version
+    assert len(data["gpus"]) == 8
+    for i, (gpu, spec) in enumerate(zip(data["gpus"], box.gpus, strict=True)):
+        assert_gpu_matches(gpu, spec, i)
+        assert gpu["sm_active"] == spec.sm_active
+        assert gpu["sm_occupancy"] == spec.sm_occupancy
+        assert gpu["pcie_source"] == "gpm"
+        assert gpu["pcie_tx_Bps"] == spec.pcie_tx_bps
+        assert gpu["pcie_rx_Bps"] == spec.pcie_rx_bps
+        assert gpu["reasons"] == {}, gpu["reasons"]
+    # GPU 7 trained down to Gen4 x8 of Gen5 x16.
+    assert (data["gpus"][7]["pcie_link_gen"], data["gpus"][7]["pcie_link_width"]) == (4, 8)
+    procs = {p["pid"]: p for p in data["processes"]}
+    assert len(procs) == 40
+    for gi, spec in enumerate(box.gpus):
+        for fp in spec.processes:
+            p = procs[fp.pid]
+            assert (p["gpu_index"], p["gpu_uuid"], p["kind"]) == (gi, spec.uuid, "compute")
+            assert p["gpu_mem_bytes"] == fp.used_memory
+            assert p["sm_util"] == fp.sm_util
+            # These pids do not exist on this host: unknown, never zero.
+            assert p["cpu_percent"] is None and p["reasons"]["cpu_percent"] == "no_process"
+            assert p["loader_wait"] is None and p["reasons"]["loader_wait"] == "not_measured"
+
+
+def test_consumer_gpu_without_gpm_or_pcie_figures(tmp_path: Path) -> None:
+    box = scenarios.consumer(processes=2)
+    code, doc, err = top_json(box, tmp_path)
+    assert code == 0, err
+    (gpu,) = doc["data"]["gpus"]
+    assert_gpu_matches(gpu, box.gpus[0], 0)
+    assert gpu["sm_active"] is None and gpu["sm_occupancy"] is None
+    assert gpu["pcie_tx_Bps"] is None and gpu["pcie_rx_Bps"] is None and gpu["pcie_source"] is None
+    assert gpu["reasons"] == {
+        "sm_active": "not_supported",
+        "sm_occupancy": "not_supported",
+        "pcie_tx_Bps": "not_supported",
+        "pcie_rx_Bps": "not_supported",
+    }
+    kinds = {p["pid"]: (p["kind"], p["gpu_mem_bytes"], p["sm_util"]) for p in doc["data"]["processes"]}
+    assert kinds == {fp.pid: (fp.type, fp.used_memory, fp.sm_util) for fp in box.gpus[0].processes}
+
+
+def test_no_permission_on_process_utilization(tmp_path: Path) -> None:
+    box = scenarios.no_permission(processes=6)
+    code, doc, err = top_json(box, tmp_path)
+    assert code == 0, err
+    procs = doc["data"]["processes"]
+    assert len(procs) == 6
+    for p in procs:
+        assert p["sm_util"] is None and p["reasons"]["sm_util"] == "no_permission"
+        assert p["gpu_mem_bytes"] is not None
+    for gpu, spec in zip(doc["data"]["gpus"], box.gpus, strict=True):
+        assert gpu["sm_active"] == spec.sm_active  # the rest of the GPU is unaffected
+
+
+def test_gpu_lost_mid_run(tmp_path: Path) -> None:
+    """GPU 1 answers the first refresh of --once and falls off the bus on the second."""
+    box = scenarios.lost_gpu(processes=4)
+    box.gpus[1].lost_after = 1
+    code, doc, err = top_json(box, tmp_path)
+    assert code == 0, err
+    g0, g1 = doc["data"]["gpus"]
+    assert_gpu_matches(g0, box.gpus[0], 0)
+    assert g1["lost"] is True and g1["uuid"] == box.gpus[1].uuid
+    assert g1["gpu_busy"] is None and g1["reasons"]["gpu_busy"] == "gpu_lost"
+    assert g1["reasons"]["temperature_c"] == "gpu_lost"
+    assert {p["gpu_index"] for p in doc["data"]["processes"]} == {0}
+
+
+def test_old_driver_missing_functions(tmp_path: Path) -> None:
+    box = scenarios.old_driver(processes=4)
+    code, doc, err = top_json(box, tmp_path)
+    assert code == 0, err
+    for i, (gpu, spec) in enumerate(zip(doc["data"]["gpus"], box.gpus, strict=True)):
+        # Clock events come from the older ...ThrottleReasons call.
+        assert_gpu_matches(gpu, spec, i)
+        assert gpu["sm_active"] is None and gpu["reasons"]["sm_active"] == "function_missing"
+        assert gpu["reasons"]["sm_occupancy"] == "function_missing"
+        # No GPM, no field counters: PCIe falls back to the throughput call.
+        assert gpu["pcie_source"] == "throughput"
+        assert gpu["pcie_tx_Bps"] == spec.pcie_tx_bps and gpu["pcie_rx_Bps"] == spec.pcie_rx_bps
+    assert doc["data"]["host"]["cuda_driver_version"] == "11.7"
+
+
+def test_struct_version_mismatch(tmp_path: Path) -> None:
+    box = scenarios.version_mismatch(processes=4)
+    code, doc, err = top_json(box, tmp_path)
+    assert code == 0, err
+    for i, (gpu, spec) in enumerate(zip(doc["data"]["gpus"], box.gpus, strict=True)):
+        assert_gpu_matches(gpu, spec, i)
+        assert gpu["sm_active"] is None and gpu["reasons"]["sm_active"] == "library_mismatch"
+        assert gpu["sm_occupancy"] is None and gpu["reasons"]["sm_occupancy"] == "library_mismatch"
+        assert gpu["pcie_source"] == "counters"
+        assert gpu["pcie_tx_Bps"] == spec.pcie_tx_bps and gpu["pcie_rx_Bps"] == spec.pcie_rx_bps
+
+
+def test_mig_instances(tmp_path: Path) -> None:
+    box = scenarios.mig(processes_per_instance=2)
+    code, doc, err = top_json(box, tmp_path)
+    assert code == 0, err
+    parent, *instances = doc["data"]["gpus"]
+    spec = box.gpus[0]
+    assert parent["mig_instance"] is None and parent["power_w"] == spec.power_mw / 1000
+    assert [g["mig_instance"] for g in instances] == [m.gpu_instance_id for m in spec.migs]
+    assert [g["uuid"] for g in instances] == [m.uuid for m in spec.migs]
+    assert [g["name"] for g in instances] == [m.name for m in spec.migs]
+    assert [g["mem_total_bytes"] for g in instances] == [m.memory_total for m in spec.migs]
+    by_uuid = {m.gpu_instance_id: m.uuid for m in spec.migs}
+    procs = doc["data"]["processes"]
+    assert len(procs) == len(spec.processes)
+    for fp in spec.processes:
+        (p,) = [p for p in procs if p["pid"] == fp.pid]
+        assert p["gpu_uuid"] == by_uuid[fp.gpu_instance_id]
+        assert p["gpu_mem_bytes"] == fp.used_memory
+        assert p["sm_util"] is None and p["reasons"]["sm_util"] == "not_supported"
+
+
+def test_pcie_counters_when_gpm_has_no_pcie_metrics(tmp_path: Path) -> None:
+    box = scenarios.hopper(gpus=1, processes=0)
+    box.gpus[0].gpm = False
+    code, doc, err = top_json(box, tmp_path)
+    assert code == 0, err
+    gpu = doc["data"]["gpus"][0]
+    assert gpu["pcie_source"] == "counters"
+    assert gpu["pcie_rx_Bps"] == box.gpus[0].pcie_rx_bps
+    assert gpu["reasons"]["sm_active"] == "not_supported"
+
+
+@pytest.mark.parametrize("init_error", ["driver_not_loaded", "no_permission"])
+def test_driver_problems_are_exit_3_with_one_line(tmp_path: Path, init_error: str) -> None:
+    box = scenarios.hopper(gpus=1, processes=0)
+    box.init_error = init_error
+    path = box.write(tmp_path / "s.txt")
+    res = run_gpubox("top", "--once", env=fake_nvml_env(path))
+    assert res.returncode == 3
+    assert len(res.stderr.strip().splitlines()) == 1 and "Traceback" not in res.stderr
+
+
+def test_processes_with_real_pids_get_user_command_and_cpu(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", "train-marker"])
+    try:
+        box = scenarios.with_pids(scenarios.hopper(gpus=1, processes=1), [child.pid])
+        code, doc, err = top_json(box, tmp_path)
+        assert code == 0, err
+        (p,) = doc["data"]["processes"]
+        assert p["pid"] == child.pid and "train-marker" in p["command"]
+        assert p["user"] and p["rss_bytes"] > 0 and p["start_time"] > 0
+        assert p["cpu_percent"] is not None  # a rate over the --once window
+        assert p["gpu_mem_bytes"] == 512 * MIB
+    finally:
+        child.kill()
+        child.wait()
