@@ -1,4 +1,4 @@
-"""Host figures and per-pid details (user, command, CPU, RSS) through psutil and /proc.
+"""Host figures and per-pid details (user, command, CPU, RSS) through /proc and psutil.
 
 GPU pids from NVML are host pids. When gpubox runs in a container that cannot see them, they
 show with reason `no_process` rather than as zeros.
@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import socket
+import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
@@ -26,50 +27,79 @@ class PidInfo:
     reasons: dict[str, str]
 
 
-class PidTable:
-    """Caches psutil.Process objects across refreshes, so cpu_percent is a rate over the last
-    refresh and command lines are read once per process, not once per tick."""
+_CLK_TCK = os.sysconf("SC_CLK_TCK")
+_PAGE = os.sysconf("SC_PAGE_SIZE")
 
-    def __init__(self) -> None:
-        self._procs: dict[int, tuple[psutil.Process, str | None, str | None, bool]] = {}
+
+def read_proc_stat(pid: int) -> tuple[float, int, int]:
+    """(CPU seconds used, start time in clock ticks since boot, RSS bytes) from one read of
+    /proc/<pid>/stat. Raises OSError when the pid is gone or hidden."""
+    with open(f"/proc/{pid}/stat", "rb") as fh:
+        data = fh.read()
+    # The command name may hold spaces and parentheses: fields start after the last ')'.
+    fields = data[data.rfind(b")") + 2 :].split()
+    return (int(fields[11]) + int(fields[12])) / _CLK_TCK, int(fields[19]), int(fields[21]) * _PAGE
+
+
+@dataclass
+class _Seen:
+    start_ticks: int
+    user: str | None
+    command: str | None
+    cpu_seconds: float
+    at: float  # monotonic time of the last read
+
+
+class PidTable:
+    """Per-pid details across refreshes: user and command line are read once per process, CPU %
+    is the rate since the previous refresh, and each refresh costs one read of /proc/<pid>/stat
+    per GPU process (psutil would make several)."""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self._seen: dict[int, _Seen] = {}
+        self._clock = clock
+        self._boot = psutil.boot_time()
 
     def lookup(self, pids: Iterable[int]) -> dict[int, PidInfo]:
         wanted = set(pids)
-        for gone in set(self._procs) - wanted:
-            del self._procs[gone]
+        for gone in set(self._seen) - wanted:
+            del self._seen[gone]
         return {pid: self._one(pid) for pid in wanted}
 
     def _one(self, pid: int) -> PidInfo:
-        cached = self._procs.get(pid)
+        now = self._clock()
         try:
-            if cached is None:
-                proc = psutil.Process(pid)
-                user, command = _user(proc), _command(proc)
-                proc.cpu_percent(None)  # starts the CPU-time window
-                self._procs[pid] = (proc, user, command, False)
-                first = True
-            else:
-                proc, user, command, _ = cached
-                first = False
-                # A recycled pid is a different process: start over.
-                if not proc.is_running():
-                    del self._procs[pid]
-                    return self._one(pid)
-            with proc.oneshot():
-                cpu = None if first else proc.cpu_percent(None)
-                rss = proc.memory_info().rss
-                started = proc.create_time()
-        except (psutil.NoSuchProcess, psutil.ZombieProcess):
-            self._procs.pop(pid, None)
+            cpu_s, start_ticks, rss = read_proc_stat(pid)
+        except PermissionError:
+            denied = {k: Reason.NO_PERMISSION.value for k in ("cpu_percent", "rss_bytes", "start_time")}
+            return PidInfo(None, None, None, None, None, denied)
+        except (OSError, IndexError, ValueError):
+            self._seen.pop(pid, None)
             gone = {k: Reason.NO_PROCESS.value for k in ("user", "command", "cpu_percent", "rss_bytes", "start_time")}
             return PidInfo(None, None, None, None, None, gone)
-        except psutil.AccessDenied:
-            denied = {k: Reason.NO_PERMISSION.value for k in ("cpu_percent", "rss_bytes", "start_time")}
-            return PidInfo(user, command, None, None, None, denied)
+        seen = self._seen.get(pid)
+        cpu: float | None = None
+        if seen is None or seen.start_ticks != start_ticks:  # new, or a recycled pid
+            user, command = _identity(pid)
+            seen = self._seen[pid] = _Seen(start_ticks, user, command, cpu_s, now)
+        else:
+            elapsed = now - seen.at
+            if elapsed > 0:
+                cpu = round(100.0 * (cpu_s - seen.cpu_seconds) / elapsed, 1)
+            seen.cpu_seconds, seen.at = cpu_s, now
         reasons = {"cpu_percent": Reason.WARMING_UP.value} if cpu is None else {}
-        if command is None:
+        if seen.command is None:
             reasons["command"] = Reason.NO_PERMISSION.value
-        return PidInfo(user, command, cpu, rss, started, reasons)
+        started = self._boot + start_ticks / _CLK_TCK
+        return PidInfo(seen.user, seen.command, cpu, rss, started, reasons)
+
+
+def _identity(pid: int) -> tuple[str | None, str | None]:
+    try:
+        proc = psutil.Process(pid)
+        return _user(proc), _command(proc)
+    except psutil.Error:
+        return None, None
 
 
 def signal_process(pid: int, sig: int, start_time: float | None) -> None:
