@@ -1,0 +1,1 @@
+"""The live view of `gpubox top`, in Textual. The telemetry core never imports this package."""

@@ -1,0 +1,285 @@
+"""`gpubox top`, live: GPU panels over a process table, sampled off the UI thread."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import sys
+from typing import ClassVar
+
+from textual.app import App, ComposeResult
+from textual.binding import Binding, BindingType
+from textual.containers import Horizontal
+from textual.screen import ModalScreen
+from textual.widgets import DataTable, Footer, Input
+
+from gpubox.exit_codes import ExitCode
+from gpubox.telemetry.backend import TelemetryBackend
+from gpubox.telemetry.model import BoxSnapshot, ProcessSnapshot
+from gpubox.telemetry.sources import parse_gpu_selection
+from gpubox.tui.daemon_threads import DaemonThreadExecutor
+from gpubox.tui.detail import DetailScreen, GpuDetail, ProcessDetail
+from gpubox.tui.dialogs import HelpScreen, KillDialog
+from gpubox.tui.gpu_panel import GpuGrid, GpuPanel
+from gpubox.tui.history import BoxHistory
+from gpubox.tui.poller import STALE_AFTER, Poller, SampleLanded, SignalSent, faster, slower
+from gpubox.tui.process_filter import ProcessFilter
+from gpubox.tui.process_table import ProcessTable
+from gpubox.tui.status_bar import Line, host_text, pace_text, status_text
+
+PACE_TICK = 0.5  # seconds between checks of the sampler's pace: cheap, and enough for "stale for N s"
+# Actions that act on the main screen's table or panels, so not while a dialog or detail is up.
+_MAIN_ONLY = frozenset({"sort_next", "sort_reverse", "filter", "detail"})
+
+
+class TopApp(App[int]):
+    CSS_PATH = "top.tcss"
+    TITLE = "gpubox top"
+    ENABLE_COMMAND_PALETTE = False  # every action has a key, listed in the footer and under ?
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("q", "quit", "Quit"),
+        Binding("ctrl+c", "quit", "Quit", show=False, priority=True),
+        Binding("space,p", "pause", "Pause", key_display="p"),
+        Binding("s", "sort_next", "Sort"),
+        Binding("S", "sort_reverse", "Reverse"),
+        Binding("slash", "filter", "Filter", key_display="/"),
+        Binding("enter,d", "detail", "Detail", key_display="⏎"),
+        Binding("k", "kill", "Kill"),
+        Binding("plus,equals_sign", "faster", "Faster", key_display="+"),
+        Binding("minus", "slower", "Slower", key_display="-"),
+        Binding("r", "sample_now", "Sample now", show=False),
+        Binding("escape", "escape", "Close", show=False),
+        Binding("question_mark", "help", "Help", key_display="?"),
+    ]
+
+    def __init__(
+        self,
+        backend: TelemetryBackend,
+        interval: float = 1.0,
+        gpu_filter: str | None = None,
+        color: bool = True,
+        stale_after: float = STALE_AFTER,
+    ) -> None:
+        # Textual reads NO_COLOR once, here; the config has already weighed it against GPUBOX_COLOR.
+        if color:
+            os.environ.pop("NO_COLOR", None)
+        else:
+            os.environ["NO_COLOR"] = "1"
+        super().__init__()
+        self.backend = backend
+        self.gpu_filter = gpu_filter
+        self.poller = Poller(self, backend, interval, stale_after=stale_after)
+        self.history = BoxHistory()
+        self.snapshot: BoxSnapshot | None = None
+        self.refreshes = 0  # snapshots applied to the view
+        self.sample_error: str | None = None
+        self.usage_error: str | None = None
+        self._selection: frozenset[int] | None = None
+
+        # The main screen's widgets, kept: a sample may land while a dialog or detail is on top.
+        self.grid = GpuGrid(id="gpus")
+        self.table = ProcessTable(id="procs")
+        self._host = Line(id="host")
+        self._pace = Line(id="pace")
+        self._status = Line(id="status")
+        self._filter = Input(placeholder="filter: user:alice gpu:1 words…", id="filter")
+
+    def compose(self) -> ComposeResult:
+        with Horizontal(id="topbar"):
+            yield self._host
+            yield self._pace
+        yield self.grid
+        yield self.table
+        yield self._filter
+        yield self._status
+        yield Footer()
+
+    def on_mount(self) -> None:
+        # A sample stuck in the driver must not keep the process alive after q.
+        asyncio.get_running_loop().set_default_executor(DaemonThreadExecutor())
+        self._host.show(host_text(None))
+        self._show_pace()
+        self._show_status()
+        self.table.focus()
+        self.set_interval(PACE_TICK, self._show_pace, name="pace")
+        self.poller.poll_now()
+
+    # sampling
+
+    def on_sample_landed(self, message: SampleLanded) -> None:
+        self.poller.landed()
+        if message.snapshot is None:
+            err = message.error
+            self.sample_error = f"sampling failed: {type(err).__name__}: {err}"
+            self._show_status()
+        else:
+            self.apply(message.snapshot)
+        self._show_pace()
+
+    def apply(self, snap: BoxSnapshot) -> None:
+        if self.gpu_filter is not None and self._selection is None:
+            try:
+                self._selection = parse_gpu_selection(self.gpu_filter, snap)
+            except ValueError as exc:
+                self.usage_error = str(exc)
+                self.poller.pause()
+                self.exit(return_code=int(ExitCode.USAGE))
+                return
+        if self._selection is not None:
+            snap = snap.only_gpus(self._selection)
+        self.sample_error = None
+        self.snapshot = snap
+        self.history.record(snap)
+        with self.batch_update():
+            self.grid.show(snap, self.history)
+            self.table.show(snap)
+            self._host.show(host_text(snap))
+            self._show_status()
+            if isinstance(self.screen, DetailScreen):
+                self.screen.follow(snap, self.history)
+        self.refreshes += 1
+
+    def _show_pace(self) -> None:
+        poller = self.poller
+        self._pace.show(pace_text(poller.interval, poller.paused, poller.stale_for()))
+
+    def _show_status(self) -> None:
+        table = self.table
+        errors = self.snapshot.errors if self.snapshot else ()
+        line = status_text(
+            table.row_count, table.total, table.filter.text, table.sort_label(), self.sample_error, errors
+        )
+        self._status.show(line)
+
+    # actions
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if isinstance(self.screen, ModalScreen):
+            return action in {"quit", "escape"} or None
+        if isinstance(self.screen, DetailScreen) and action in _MAIN_ONLY:
+            return None
+        return True
+
+    def action_pause(self) -> None:
+        if self.poller.paused:
+            self.poller.resume()
+        else:
+            self.poller.pause()
+        self._show_pace()
+
+    def action_sample_now(self) -> None:
+        self.poller.poll_now()
+
+    def action_faster(self) -> None:
+        self.poller.set_interval(faster(self.poller.interval))
+        self._show_pace()
+
+    def action_slower(self) -> None:
+        self.poller.set_interval(slower(self.poller.interval))
+        self._show_pace()
+
+    def action_sort_next(self) -> None:
+        self.table.next_sort_column()
+        self._show_status()
+
+    def action_sort_reverse(self) -> None:
+        self.table.reverse_sort()
+        self._show_status()
+
+    def on_data_table_header_selected(self, event: DataTable.HeaderSelected) -> None:
+        self._show_status()  # the table has already re-sorted itself
+
+    def action_filter(self) -> None:
+        box = self._filter
+        box.add_class("shown")
+        box.focus()
+
+    def on_input_changed(self, event: Input.Changed) -> None:
+        if event.input.id == "filter":
+            self.table.set_filter(ProcessFilter.parse(event.value))
+            self._show_status()
+
+    def on_input_submitted(self, event: Input.Submitted) -> None:
+        if event.input.id == "filter":
+            if not event.value.strip():
+                event.input.remove_class("shown")
+            self.table.focus()
+
+    def action_escape(self) -> None:
+        box = self._filter
+        if box.has_class("shown"):
+            box.value = ""  # Input.Changed clears the table's filter
+            box.remove_class("shown")
+            self.table.focus()
+
+    def action_help(self) -> None:
+        if not isinstance(self.screen, HelpScreen):
+            self.push_screen(HelpScreen())
+
+    def action_detail(self) -> None:
+        if isinstance(self.focused, GpuPanel):
+            self._open_gpu(self.focused.uuid)
+        else:
+            self._open_process(self.table.process_at_cursor())
+
+    def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
+        self._open_process(self.table.process_at_cursor())
+
+    def on_gpu_panel_selected(self, event: GpuPanel.Selected) -> None:
+        self._open_gpu(event.uuid)
+
+    def _open_gpu(self, uuid: str) -> None:
+        self._open(GpuDetail(uuid))
+
+    def _open_process(self, proc: ProcessSnapshot | None) -> None:
+        if proc is not None:
+            self._open(ProcessDetail(proc.key, self._gpu_label(proc)))
+
+    def _open(self, screen: DetailScreen) -> None:
+        if self.snapshot is not None and not isinstance(self.screen, DetailScreen):
+            screen.follow(self.snapshot, self.history)
+            self.push_screen(screen)
+
+    def _gpu_label(self, proc: ProcessSnapshot) -> str:
+        gpus = self.snapshot.gpus if self.snapshot else ()
+        return next((g.label for g in gpus if g.uuid == proc.gpu_uuid), str(proc.gpu_index))
+
+    def action_kill(self) -> None:
+        screen = self.screen
+        proc = screen.proc if isinstance(screen, ProcessDetail) else self.table.process_at_cursor()
+        if proc is None:
+            self.notify("no process selected", severity="warning")
+            return
+
+        def chosen(sig: int | None) -> None:
+            if sig is not None:
+                self.poller.send_signal(proc.pid, sig, proc.start_time)
+
+        self.push_screen(KillDialog(proc, self._gpu_label(proc)), chosen)
+
+    def on_signal_sent(self, message: SignalSent) -> None:
+        name = _signal_name(message.sig)
+        if message.error is not None:
+            self.notify(f"could not send {name} to {message.pid}: {message.error}", severity="error")
+            return
+        self.notify(f"sent {name} to {message.pid}")
+        if not self.poller.paused:
+            self.poller.poll_now()  # show it leave without waiting a whole interval
+
+
+def _signal_name(sig: int) -> str:
+    try:
+        return signal.Signals(sig).name
+    except ValueError:
+        return f"signal {sig}"
+
+
+def run_live(backend: TelemetryBackend, interval: float, gpu_filter: str | None = None, color: bool = True) -> int:
+    """Run the live view until q; the exit code, with a bad --gpu reported as a usage error."""
+    app = TopApp(backend, interval=interval, gpu_filter=gpu_filter, color=color)
+    app.run()
+    if app.usage_error is not None:
+        sys.stderr.write(f"gpubox: {app.usage_error}\n")
+        return int(ExitCode.USAGE)
+    return app.return_code or 0

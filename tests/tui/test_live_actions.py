@@ -1,0 +1,192 @@
+"""Acting from the live view: signals, detail views, help; and how odd GPUs look."""
+
+from __future__ import annotations
+
+import signal
+
+import pytest
+
+from gpubox.telemetry.simulated import SimulatedBackend
+from gpubox.tui.detail import GpuDetail, ProcessDetail
+from gpubox.tui.dialogs import HelpScreen, KillDialog
+from gpubox.tui.gpu_panel import GpuPanel
+from gpubox.tui.process_table import row_key
+from gpubox.tui.top_app import TopApp
+from tests.tui.conftest import NOW, LostGpuBackend, MigBackend, settle, sim, wait_until
+
+SIZE = (120, 40)
+
+
+def panels(app: TopApp) -> dict[str, GpuPanel]:
+    return {p.gpu.label: p for p in app.query(GpuPanel).results() if p.gpu is not None}
+
+
+async def test_kill_then_confirm_sends_sigterm_and_the_row_goes() -> None:
+    backend = sim(2, 6)
+    app = TopApp(backend, interval=0.05)
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_until(pilot, lambda: app.refreshes >= 2, "two refreshes")
+        target = app.table.process_at_cursor()
+        assert target is not None
+        await pilot.press("k")
+        assert isinstance(app.screen, KillDialog)
+        await pilot.press("enter")  # the SIGTERM button has the focus
+        await wait_until(pilot, lambda: row_key(target) not in app.table.processes, "the row to go")
+        assert backend.signals == [(target.pid, signal.SIGTERM)]
+        assert app.table.row_count == 5
+
+
+async def test_kill_then_sigkill_is_the_second_choice() -> None:
+    backend = sim(2, 6)
+    app = TopApp(backend, interval=0.05)
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_until(pilot, lambda: app.refreshes >= 1, "a refresh")
+        await pilot.press("down")
+        target = app.table.process_at_cursor()
+        assert target is not None
+        await pilot.press("k", "x")
+        await wait_until(pilot, lambda: backend.signals != [], "the signal")
+        assert backend.signals == [(target.pid, signal.SIGKILL)]
+
+
+async def test_kill_then_cancel_leaves_the_process() -> None:
+    backend = sim(2, 6)
+    app = TopApp(backend, interval=0.05)
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_until(pilot, lambda: app.refreshes >= 1, "a refresh")
+        await pilot.press("k")
+        assert isinstance(app.screen, KillDialog)
+        await pilot.press("escape")
+        assert not isinstance(app.screen, KillDialog)
+        seen = app.refreshes
+        await wait_until(pilot, lambda: app.refreshes >= seen + 2, "two more refreshes")
+        assert backend.signals == []
+        assert app.table.row_count == 6
+
+
+class RefusingBackend(SimulatedBackend):
+    def send_signal(self, pid: int, sig: int, start_time: float | None) -> None:
+        raise PermissionError(f"pid {pid} belongs to another user")
+
+
+async def test_a_refused_signal_is_a_notification_not_a_crash() -> None:
+    app = TopApp(RefusingBackend(gpus=2, processes=6, clock=lambda: NOW), interval=0.05)
+    notes: list[str] = []
+    async with app.run_test(size=SIZE, notifications=True) as pilot:
+        real_notify = app.notify
+        app.notify = lambda message, **kw: (notes.append(str(message)), real_notify(message, **kw))[1]  # type: ignore[method-assign]
+        await wait_until(pilot, lambda: app.refreshes >= 1, "a refresh")
+        await pilot.press("k", "enter")
+        await wait_until(pilot, lambda: bool(notes), "the notification")
+        assert "could not send SIGTERM" in notes[0] and "another user" in notes[0]
+        seen = app.refreshes
+        await wait_until(pilot, lambda: app.refreshes > seen, "sampling to go on")
+        assert app.table.row_count == 6
+
+
+async def test_enter_opens_the_detail_of_a_process_and_escape_closes_it() -> None:
+    app = TopApp(sim(2, 6), interval=0.05)
+    async with app.run_test(size=(120, 50)) as pilot:
+        await settle(pilot, app, 3)
+        target = app.table.process_at_cursor()
+        assert target is not None
+        await pilot.press("enter")
+        screen = app.screen
+        assert isinstance(screen, ProcessDetail) and screen.key == target.key
+        body = str(screen.query_one("#detail-body").render())
+        assert "SM %" in body and "GPU memory" in body and "loader wait" in body
+        assert target.command is not None and target.command in body
+        assert "not measured" in body  # loader wait is unknown here, and says so
+        await pilot.press("escape")
+        assert not isinstance(app.screen, ProcessDetail)
+
+
+async def test_the_detail_of_a_gpu_follows_the_samples() -> None:
+    app = TopApp(sim(2, 6), interval=0.05)
+    async with app.run_test(size=(120, 50)) as pilot:
+        await wait_until(pilot, lambda: app.refreshes >= 2, "two refreshes")
+        panels(app)["1"].focus()
+        await pilot.press("d")
+        screen = app.screen
+        assert isinstance(screen, GpuDetail)
+        title = str(screen.query_one("#detail-title").render())
+        assert title.startswith("GPU 1  NVIDIA GeForce RTX 4090")
+        seen = app.refreshes
+        await wait_until(pilot, lambda: app.refreshes >= seen + 2, "two more refreshes")
+        body = str(screen.query_one("#detail-body").render())
+        assert "busy (no GPM: not occupancy)" in body
+        assert "SM occupancy  – n/a: no GPM" in body
+        assert "PCIe RX" in body and "processes (3)" in body
+
+
+async def test_clicking_a_panel_opens_its_detail() -> None:
+    app = TopApp(sim(2, 6), interval=0.05)
+    async with app.run_test(size=(120, 50)) as pilot:
+        await settle(pilot, app, 2)
+        await pilot.click(GpuPanel, offset=(4, 3))
+        assert isinstance(app.screen, GpuDetail)
+
+
+async def test_kill_from_a_process_detail() -> None:
+    backend = sim(2, 6)
+    app = TopApp(backend, interval=0.05)
+    async with app.run_test(size=(120, 50)) as pilot:
+        await wait_until(pilot, lambda: app.refreshes >= 1, "a refresh")
+        await pilot.press("end", "enter")
+        screen = app.screen
+        assert isinstance(screen, ProcessDetail)
+        await pilot.press("k", "t")
+        await wait_until(pilot, lambda: backend.signals != [], "the signal")
+        assert backend.signals == [(screen.key[0], signal.SIGTERM)]
+        await wait_until(pilot, lambda: "(exited)" in str(screen.query_one("#detail-title").render()), "exited")
+
+
+async def test_question_mark_shows_the_keys() -> None:
+    app = TopApp(sim(), interval=0.05)
+    async with app.run_test(size=(120, 50)) as pilot:
+        await pilot.press("question_mark")
+        assert isinstance(app.screen, HelpScreen)
+        await pilot.press("k", "s")  # keys of the main screen do nothing under a dialog
+        assert isinstance(app.screen, HelpScreen)
+        await pilot.press("escape")
+        assert not isinstance(app.screen, HelpScreen)
+
+
+async def test_a_lost_gpu_shows_as_lost() -> None:
+    app = TopApp(LostGpuBackend(gpus=2, processes=6, clock=lambda: NOW), interval=0.05)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot, app, 2)
+        lost = panels(app)["1"]
+        assert lost.has_class("lost")
+        assert lost.border_subtitle == "lost"
+        assert "GPU LOST" in str(lost.render())
+        assert "GPU LOST" not in str(panels(app)["0"].render())
+
+
+async def test_mig_instances_get_their_own_panels() -> None:
+    app = TopApp(MigBackend(gpus=2, processes=6, clock=lambda: NOW), interval=0.05)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot, app, 2)
+        assert set(panels(app)) == {"0/1", "0/2", "1"}
+        assert str(panels(app)["0/1"].border_title).startswith("0/1 ")
+        assert {str(c) for c in app.table.get_column("gpu")} == {"0/1", "1"}
+        await pilot.press("slash", *"gpu:0", "enter")  # a GPU's index names its MIG instances too
+        assert {str(c) for c in app.table.get_column("gpu")} == {"0/1"}
+
+
+async def test_without_gpm_occupancy_is_a_dash_with_a_reason() -> None:
+    app = TopApp(sim(2, 6), interval=0.05)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot, app, 3)
+        no_gpm = str(panels(app)["1"].render())
+        assert "occupancy – n/a: no GPM" in no_gpm
+        assert "occupancy 0%" not in no_gpm
+        assert "occupancy – " not in str(panels(app)["0"].render())
+
+
+@pytest.mark.parametrize("color", [True, False])
+async def test_color_setting_reaches_textual(color: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("NO_COLOR", "1")  # the config has already decided against it when color is True
+    app = TopApp(sim(), interval=0.05, color=color)
+    async with app.run_test(size=SIZE):
+        assert app.no_color is (not color)
