@@ -69,7 +69,6 @@ class Node:
     options: tuple[Param, ...]
     arguments: tuple[Param, ...]
     children: tuple[Node, ...]
-    is_group: bool
 
     @property
     def name(self) -> str:
@@ -134,8 +133,7 @@ def build_tree(command: Any, path: tuple[str, ...], parent: Any = None) -> Node:
     rich_markup = getattr(command, "rich_markup_mode", None) == "rich"
     params = [p for p in command.get_params(ctx) if not getattr(p, "hidden", False)]
     children: list[Node] = []
-    is_group = hasattr(command, "commands")
-    if is_group:
+    if hasattr(command, "commands"):
         for name in command.list_commands(ctx):
             sub = command.get_command(ctx, name)
             if sub is not None and not sub.hidden:
@@ -149,7 +147,6 @@ def build_tree(command: Any, path: tuple[str, ...], parent: Any = None) -> Node:
         options=tuple(_param(p, rich_markup) for p in params if p.param_type_name == "option"),
         arguments=tuple(_param(p, rich_markup) for p in params if p.param_type_name == "argument"),
         children=tuple(children),
-        is_group=is_group,
     )
 
 
@@ -446,7 +443,7 @@ def _option_items(node: Node) -> list[str]:
     return out
 
 
-def _subcommands(node: Node, level: int) -> list[str]:
+def _subcommands(node: Node) -> list[str]:
     out: list[str] = []
     for c in node.children:
         out += [".SS " + _synopsis(c)]
@@ -454,11 +451,12 @@ def _subcommands(node: Node, level: int) -> list[str]:
         items = _option_items(c)
         if items:
             out += [".RS", *items, ".RE"]
-        out += _subcommands(c, level + 1)
+        out += _subcommands(c)
     return out
 
 
-def _settings(node: Node) -> list[tuple[str, str, str]]:
+def _settings(node: Node) -> list[tuple[str, str]]:
+    """(environment variable, description) of the settings that concern this page's command."""
     from gpubox.config import SCHEMA, env_name
 
     command = node.path[1] if len(node.path) > 1 else None
@@ -468,7 +466,7 @@ def _settings(node: Node) -> list[tuple[str, str, str]]:
         if command is None or scope in (None, command):
             shown = str(default).lower() if isinstance(default, bool) else str(default)
             help_text = SETTING_HELP.get(key, f"The setting \\fB{key}\\fR.")
-            rows.append((env_name(key), key, f"{help_text} Setting \\fB{key}\\fR; default {shown}."))
+            rows.append((env_name(key), f"{help_text} Setting \\fB{key}\\fR; default {shown}."))
     return rows
 
 
@@ -498,7 +496,7 @@ def man_page(node: Node, root: Node, version: str) -> str:
         for c in node.children:
             out += [".TP", f".BR {_dash(c.page)} (1)", _roff(c.short_help) + "."]
     elif node.children:
-        out += [".SH COMMANDS", *_subcommands(node, 1)]
+        out += [".SH COMMANDS", *_subcommands(node)]
     out.append(".SH EXIT STATUS")
     for code in ExitCode:
         out += [".TP", f".B {int(code)}", EXIT_HELP.get(code.name, code.name.replace("_", " ").capitalize() + ".")]
@@ -509,7 +507,7 @@ def man_page(node: Node, root: Node, version: str) -> str:
         "The setting \\fBa.b\\fR is \\fBb\\fR in the table \\fB[a]\\fR of a config file and",
         "\\fBGPUBOX_A_B\\fR in the environment.",
     ]
-    for var, _key, text in _settings(node):
+    for var, text in _settings(node):
         out += [".TP", f".B {_dash(var)}", text]
     out += [
         ".TP",
