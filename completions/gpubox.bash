@@ -5,7 +5,7 @@
 
 _gpubox() {
     local cur="${COMP_WORDS[COMP_CWORD]}" prev="" path=gpubox skip=0 i word
-    local words="" arg_action=""
+    local words="" arg_kind="" arg_words=""
     [ "$COMP_CWORD" -gt 0 ] && prev="${COMP_WORDS[COMP_CWORD-1]}"
     # `--interval=2`: bash splits the word at "=", so the option is the word before it.
     [ "$prev" = "=" ] && [ "$COMP_CWORD" -gt 1 ] && prev="${COMP_WORDS[COMP_CWORD-2]}"
@@ -16,7 +16,7 @@ _gpubox() {
         if [ "$skip" = 1 ]; then skip=0; continue; fi
         if [ "$word" = "--" ]; then
             # After "--" come a command and its arguments: complete files.
-            COMPREPLY=($(compgen -f -- "$cur"))
+            mapfile -t COMPREPLY < <(compgen -f -- "$cur")
             return
         fi
         case "$path" in
@@ -45,10 +45,13 @@ _gpubox() {
             words='-h --help'
             ;;
     esac
-    if [[ "$cur" == -* || -z "$arg_action" ]]; then
-        COMPREPLY=($(compgen -W "$words" -- "$cur"))
-    else
-        eval "$arg_action"
+    # An option, or a command that takes no argument: its options and subcommands.
+    if [[ "$cur" == -* || -z "$arg_kind" ]]; then
+        mapfile -t COMPREPLY < <(compgen -W "$words" -- "$cur")
+    elif [ "$arg_kind" = files ]; then
+        mapfile -t COMPREPLY < <(compgen -f -- "$cur")
+    elif [ "$arg_kind" = words ]; then
+        mapfile -t COMPREPLY < <(compgen -W "$arg_words" -- "$cur")
     fi
 }
 

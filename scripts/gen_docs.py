@@ -186,7 +186,10 @@ def bash_completion(root: Node) -> str:
         body.append(f"            words={shlex.quote(words)}")
         argument = next(iter(node.arguments), None)
         if argument is not None and not subs:
-            body.append(f"            arg_action={shlex.quote(_bash_values(argument))}")
+            kind = "words" if argument.choices else "files" if argument.is_path else "none"
+            body.append(f"            arg_kind={kind}")
+            if argument.choices:
+                body.append(f"            arg_words={shlex.quote(' '.join(argument.choices))}")
         body.append("            ;;")
         complete_cases.append("\n".join(body))
     return f"""# bash completion for gpubox
@@ -196,7 +199,7 @@ def bash_completion(root: Node) -> str:
 
 _gpubox() {{
     local cur="${{COMP_WORDS[COMP_CWORD]}}" prev="" path=gpubox skip=0 i word
-    local words="" arg_action=""
+    local words="" arg_kind="" arg_words=""
     [ "$COMP_CWORD" -gt 0 ] && prev="${{COMP_WORDS[COMP_CWORD-1]}}"
     # `--interval=2`: bash splits the word at "=", so the option is the word before it.
     [ "$prev" = "=" ] && [ "$COMP_CWORD" -gt 1 ] && prev="${{COMP_WORDS[COMP_CWORD-2]}}"
@@ -207,7 +210,7 @@ _gpubox() {{
         if [ "$skip" = 1 ]; then skip=0; continue; fi
         if [ "$word" = "--" ]; then
             # After "--" come a command and its arguments: complete files.
-            COMPREPLY=($(compgen -f -- "$cur"))
+            mapfile -t COMPREPLY < <(compgen -f -- "$cur")
             return
         fi
         case "$path" in
@@ -217,10 +220,13 @@ _gpubox() {{
     case "$path" in
 {chr(10).join(complete_cases)}
     esac
-    if [[ "$cur" == -* || -z "$arg_action" ]]; then
-        COMPREPLY=($(compgen -W "$words" -- "$cur"))
-    else
-        eval "$arg_action"
+    # An option, or a command that takes no argument: its options and subcommands.
+    if [[ "$cur" == -* || -z "$arg_kind" ]]; then
+        mapfile -t COMPREPLY < <(compgen -W "$words" -- "$cur")
+    elif [ "$arg_kind" = files ]; then
+        mapfile -t COMPREPLY < <(compgen -f -- "$cur")
+    elif [ "$arg_kind" = words ]; then
+        mapfile -t COMPREPLY < <(compgen -W "$arg_words" -- "$cur")
     fi
 }}
 
@@ -230,9 +236,9 @@ complete -F _gpubox gpubox
 
 def _bash_values(p: Param) -> str:
     if p.choices:
-        return f'COMPREPLY=($(compgen -W {shlex.quote(" ".join(p.choices))} -- "$cur"))'
+        return f'mapfile -t COMPREPLY < <(compgen -W {shlex.quote(" ".join(p.choices))} -- "$cur")'
     if p.is_path:
-        return 'COMPREPLY=($(compgen -f -- "$cur"))'
+        return 'mapfile -t COMPREPLY < <(compgen -f -- "$cur")'
     return "COMPREPLY=()"
 
 
