@@ -57,9 +57,8 @@ def main() -> int:
     idle = snapshot(1.0)
     gpu = idle["gpus"][0]
     print(f"GPU 0: {gpu['name']}  driver {idle['host']['driver_version']}  CUDA {idle['host']['cuda_driver_version']}")
-    print(
-        f"idle:  busy={gpu['gpu_busy']} sm_active={gpu['sm_active']} pcie_rx={gpu['pcie_rx_Bps']} ({gpu['pcie_source']})"
-    )
+    print(f"idle:  busy={gpu['gpu_busy']} sm_active={gpu['sm_active']}", end=" ")
+    print(f"pcie_rx={gpu['pcie_rx_Bps']} ({gpu['pcie_source']})")
     has_gpm = "sm_active" not in gpu["reasons"] or gpu["reasons"]["sm_active"] == "warming_up"
 
     duration = 25

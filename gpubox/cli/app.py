@@ -18,6 +18,8 @@ app = typer.Typer(
     add_completion=False,
     context_settings={"help_option_names": ["-h", "--help"]},
     pretty_exceptions_enable=False,
+    # Plain help: Typer's boxed help imports rich and markdown-it and doubles `--help` time.
+    rich_markup_mode=None,
 )
 
 

@@ -7,4 +7,5 @@ import typer
 app = typer.Typer(
     help="A local queue that runs training, quantization and inference jobs on the GPUs.",
     no_args_is_help=True,
+    rich_markup_mode=None,
 )

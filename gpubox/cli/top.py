@@ -18,15 +18,32 @@ def top(
     json_out: Annotated[bool, typer.Option("--json", help="Print the snapshot as JSON (implies --once).")] = False,
     interval: Annotated[
         float | None,
-        typer.Option("--interval", "-i", help="Seconds between refreshes; with --once, the window rates cover."),
+        typer.Option(
+            "--interval",
+            "-i",
+            metavar="SECONDS",
+            help="Seconds between refreshes; with --once, the window rates cover.",
+        ),
     ] = None,
-    gpu: Annotated[str | None, typer.Option("--gpu", "-g", help="Only these GPUs: indices or UUIDs, like 0,2.")] = None,
+    gpu: Annotated[
+        str | None, typer.Option("--gpu", "-g", metavar="GPUS", help="Only these GPUs: indices or UUIDs, like 0,2.")
+    ] = None,
     demo: Annotated[bool, typer.Option("--demo", help="Show a simulated box (no GPU needed).")] = False,
     no_color: Annotated[bool, typer.Option("--no-color", help="No colour, even on a terminal.")] = False,
     demo_gpus: Annotated[int, typer.Option("--demo-gpus", hidden=True)] = 4,
     demo_processes: Annotated[int, typer.Option("--demo-processes", hidden=True)] = 12,
 ) -> int:
-    """Every GPU and GPU process, live: SM activity, PCIe traffic, memory, dataloader wait."""
+    """Every GPU and GPU process, live: SM activity, PCIe traffic, memory, dataloader wait.
+
+    One panel per GPU (per MIG instance in MIG mode) shows gpu_busy (time any kernel ran),
+    sm_active and sm_occupancy (from GPM on Hopper and newer; "–" where the GPU has no GPM),
+    PCIe RX/TX with the link's current and maximum generation and width, memory, power,
+    temperature, clocks and throttle reasons. The process table joins every GPU's processes
+    with their user, CPU, RSS and command line. A figure the GPU or driver does not give is
+    shown as "–" and, in --json, as null with its reason: never as 0.
+
+    With --once, rates are averaged over --interval seconds (default 0.5).
+    """
     from gpubox.telemetry.backend import BackendUnavailable
     from gpubox.telemetry.sources import open_backend, parse_gpu_selection, snapshot_over
 
