@@ -395,6 +395,8 @@ def _roff(text: str) -> str:
     text = text.replace("\\", "\\e")
     text = re.sub(r"(?<![A-Za-z0-9])-|-(?=-)", r"\\-", text)
     text = re.sub(r"`([^`]+)`", r"\\fB\1\\fR", text)
+    # groff reads the page as Latin-1 by default: name non-ASCII characters by code point.
+    text = "".join(c if ord(c) < 128 else f"\\[u{ord(c):04X}]" for c in text)
     return "\n".join("\\&" + line if line[:1] in (".", "'") else line for line in text.split("\n"))
 
 
