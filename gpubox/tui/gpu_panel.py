@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import math
 
+from rich.style import Style
 from rich.text import Text
 from textual.events import Click, Resize
+from textual.geometry import Region
 from textual.message import Message
+from textual.strip import Strip
 from textual.widget import Widget
 
 from gpubox import format as fmt
@@ -67,13 +70,13 @@ Spark = tuple[str, list[float | None], float]  # label, values, top of the axis
 
 
 def _spark_pair(text: Text, left: Spark, right: Spark | None, width: int) -> None:
-    labels = len(left[0]) + 1 + (len(right[0]) + 3 if right else 0)
-    each = max(0, (width - labels) // (2 if right else 1))
+    room = width - len(left[0]) - 1 - (len(right[0]) + 3 if right else 0)
+    left_width = room // 2 if right else room
     text.append(left[0] + " ", LABEL)
-    text.append(sparkline(left[1], each, left[2]), "cyan")
+    text.append(sparkline(left[1], max(0, left_width), left[2]), "cyan")
     if right:
         text.append("  " + right[0] + " ", LABEL)
-        text.append(sparkline(right[1], each, right[2]), "cyan")
+        text.append(sparkline(right[1], max(0, room - left_width), right[2]), "cyan")
 
 
 def panel_text(gpu: GpuSnapshot, history: GpuHistory, width: int) -> Text:
@@ -139,7 +142,9 @@ def panel_text(gpu: GpuSnapshot, history: GpuHistory, width: int) -> Text:
 
 
 class GpuPanel(Widget, can_focus=True):
-    """A GPU at a glance. Enter (at the app) or a click opens its detail view."""
+    """A GPU at a glance. Enter (at the app) or a click opens its detail view.
+
+    Drawn line by line: most ticks change a few lines of a panel, and only those are redrawn."""
 
     class Selected(Message):
         def __init__(self, uuid: str) -> None:
@@ -151,31 +156,61 @@ class GpuPanel(Widget, can_focus=True):
         self.uuid = uuid
         self.gpu: GpuSnapshot | None = None
         self._history: GpuHistory | None = None
-        self._text = Text()
+        self.text = Text()
+        self._lines: list[Text] = []
+        self._strips: dict[int, tuple[Style, int, Strip]] = {}  # line -> (style, width, drawn)
+        self._style = Style()
 
     def show(self, gpu: GpuSnapshot, history: GpuHistory) -> None:
+        if self.gpu is None or (gpu.label, gpu.name, gpu.lost) != (self.gpu.label, self.gpu.name, self.gpu.lost):
+            # setting a border title repaints the whole panel, even when it is the same title
+            self.border_title = f"{gpu.label} {gpu.name}"
+            self.border_subtitle = "lost" if gpu.lost else ""
+            self.set_class(gpu.lost, "lost")
         self.gpu, self._history = gpu, history
-        self.border_title = f"{gpu.label} {gpu.name}"
-        self.border_subtitle = "lost" if gpu.lost else ""
-        self.set_class(gpu.lost, "lost")
         self._rebuild()
 
     def _rebuild(self) -> None:
         if self.gpu is None or self._history is None:
             return
-        text = panel_text(self.gpu, self._history, self.content_size.width)
-        if text != self._text:  # an unchanged panel is not repainted
-            self._text = text
-            self.refresh()
+        width = self.content_size.width
+        text = panel_text(self.gpu, self._history, width)
+        if text == self.text:  # an unchanged panel is not repainted
+            return
+        self.text = text
+        lines = list(text.split("\n", allow_blank=True))
+        for y in range(max(len(lines), len(self._lines))):
+            old = self._lines[y] if y < len(self._lines) else None
+            new = lines[y] if y < len(lines) else None
+            if old is None or new is None or old != new:
+                self._strips.pop(y, None)
+                self.refresh(Region(0, y, width, 1))
+        self._lines = lines
 
     def on_resize(self, event: Resize) -> None:
+        self._strips.clear()
         self._rebuild()
 
     def on_click(self, event: Click) -> None:
         self.post_message(self.Selected(self.uuid))
 
-    def render(self) -> Text:
-        return self._text
+    def render_lines(self, crop: Region) -> list[Strip]:
+        self._style = self.rich_style  # once per render: it is worked out from every ancestor
+        return super().render_lines(crop)
+
+    def render_line(self, y: int) -> Strip:
+        width, style = self.content_size.width, self._style
+        if y >= len(self._lines):
+            return Strip.blank(width, style)
+        cached = self._strips.get(y)
+        if cached is not None and cached[0] == style and cached[1] == width:
+            return cached[2]
+        line = self._lines[y].copy()
+        line.truncate(width, overflow="ellipsis")
+        line.stylize_before(style)
+        strip = Strip(line.render(self.app.console), line.cell_len).extend_cell_length(width, style)
+        self._strips[y] = (style, width, strip)
+        return strip
 
 
 def grid_columns(count: int, width: int) -> int:

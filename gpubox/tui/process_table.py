@@ -19,6 +19,7 @@ from textual.widgets.data_table import ColumnKey
 from gpubox import format as fmt
 from gpubox.telemetry.model import BoxSnapshot, ProcessSnapshot
 from gpubox.tui.process_filter import ProcessFilter
+from gpubox.tui.table_lines import TextRowsTable
 
 SortValue = float | str | None
 
@@ -64,12 +65,14 @@ def row_key(proc: ProcessSnapshot) -> str:
     return f"{proc.pid}@{proc.gpu_uuid}"
 
 
-class ProcessTable(DataTable[Text]):
+class ProcessTable(TextRowsTable):
     """Sorted by one column (numbers largest first, text A to Z; `reverse` flips), filtered by a
     ProcessFilter. `processes` maps each row key to the process it shows."""
 
+    right_aligned = frozenset(n for n, c in enumerate(COLUMNS) if c.numeric or c.key == "pid")
+
     def __init__(self, id: str | None = None) -> None:
-        super().__init__(id=id, cursor_type="row", zebra_stripes=True)
+        super().__init__(id=id)
         self.processes: dict[str, ProcessSnapshot] = {}
         self.total = 0  # processes before the filter
         self.sort_column = "gpu"
@@ -79,6 +82,7 @@ class ProcessTable(DataTable[Text]):
         self._texts: dict[str, tuple[str, ...]] = {}  # row key -> the text of each cell now shown
         self._order: list[str] = []
         self._snap: BoxSnapshot | None = None
+        self._room = MIN_COMMAND_WIDTH  # the command column's width, for this show
 
     def on_mount(self) -> None:
         for col in COLUMNS:
@@ -96,8 +100,10 @@ class ProcessTable(DataTable[Text]):
                 wanted[row_key(proc)] = (proc, label)
         self.total = len(snap.processes)
         cursor = self._cursor_key()
+        self._room = self._command_width
         for key in [k for k in self.processes if k not in wanted]:
             self.remove_row(key)
+            self.forget_row(key)
             del self.processes[key], self._texts[key], self._labels[key]
         for key, (proc, label) in wanted.items():
             texts = self._row_texts(proc, label, snap.taken_at)
@@ -114,7 +120,7 @@ class ProcessTable(DataTable[Text]):
 
     def _row_texts(self, proc: ProcessSnapshot, label: str, taken_at: float) -> tuple[str, ...]:
         texts = [col.text(proc, label, taken_at) for col in COLUMNS]
-        command, room = texts[-1], self._command_width
+        command, room = texts[-1], self._room
         if len(command) > room:  # cut here rather than scroll sideways; the detail view has it all
             texts[-1] = command[: room - 1] + "…"
         return tuple(texts)
@@ -129,9 +135,12 @@ class ProcessTable(DataTable[Text]):
         if self._snap is not None:
             self.show(self._snap)  # recut the commands to the new width
 
-    @staticmethod
-    def _cell(col: Column, text: str) -> Text:
-        right = col.numeric or col.key == "pid"
+    def row_text(self, key: str) -> tuple[str, ...] | None:
+        return self._texts.get(key)
+
+    @classmethod
+    def _cell(cls, col: Column, text: str) -> Text:
+        right = COLUMNS.index(col) in cls.right_aligned
         return Text(text, justify="right" if right else "left", no_wrap=True, overflow="ellipsis")
 
     def _cursor_key(self) -> str | None:

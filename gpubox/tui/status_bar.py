@@ -54,16 +54,20 @@ def status_text(
 
 
 class Line(Static):
-    """A one-line Static that repaints only when its text changes."""
+    """A one-line Static that repaints only when its text changes. Only a line whose width follows
+    its text (`fits_text`) asks for a new layout, and only when its length changes: a layout
+    repaints every widget on the screen, the process table too."""
 
-    def __init__(self, id: str) -> None:
+    def __init__(self, id: str, fits_text: bool = False) -> None:
         super().__init__(id=id)
+        self._fits_text = fits_text
         self._shown = Text()
 
     def show(self, text: Text) -> None:
         if text != self._shown:
+            resized = self._fits_text and text.cell_len != self._shown.cell_len
             self._shown = text
-            self.update(text)
+            self.update(text, layout=resized)
 
     @property
     def plain(self) -> str:

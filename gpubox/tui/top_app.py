@@ -81,7 +81,7 @@ class TopApp(App[int]):
         self.grid = GpuGrid(id="gpus")
         self.table = ProcessTable(id="procs")
         self._host = Line(id="host")
-        self._pace = Line(id="pace")
+        self._pace = Line(id="pace", fits_text=True)
         self._status = Line(id="status")
         self._filter = Input(placeholder="filter: user:alice gpu:1 words…", id="filter")
 
@@ -108,6 +108,8 @@ class TopApp(App[int]):
     # sampling
 
     def on_sample_landed(self, message: SampleLanded) -> None:
+        if not self.screen_stack:
+            return  # the app is closing: a last sample has nowhere to go
         self.poller.landed()
         if message.snapshot is None:
             err = message.error
@@ -155,10 +157,12 @@ class TopApp(App[int]):
     # actions
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
-        if isinstance(self.screen, ModalScreen):
-            return action in {"quit", "escape"} or None
-        if isinstance(self.screen, DetailScreen) and action in _MAIN_ONLY:
-            return None
+        screen = self.screen
+        if isinstance(screen, ModalScreen):
+            return action in {"quit", "escape"}
+        if isinstance(screen, DetailScreen):
+            # a detail view hides the table; k there means its own process, and only that
+            return action not in _MAIN_ONLY and (action != "kill" or isinstance(screen, ProcessDetail))
         return True
 
     def action_pause(self) -> None:
@@ -259,6 +263,8 @@ class TopApp(App[int]):
         self.push_screen(KillDialog(proc, self._gpu_label(proc)), chosen)
 
     def on_signal_sent(self, message: SignalSent) -> None:
+        if not self.screen_stack:
+            return
         name = _signal_name(message.sig)
         if message.error is not None:
             self.notify(f"could not send {name} to {message.pid}: {message.error}", severity="error")

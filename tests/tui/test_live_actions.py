@@ -124,7 +124,7 @@ async def test_clicking_a_panel_opens_its_detail() -> None:
     async with app.run_test(size=(120, 50)) as pilot:
         await settle(pilot, app, 2)
         await pilot.click(GpuPanel, offset=(4, 3))
-        assert isinstance(app.screen, GpuDetail)
+        await wait_until(pilot, lambda: isinstance(app.screen, GpuDetail), "the GPU detail")
 
 
 async def test_kill_from_a_process_detail() -> None:
@@ -159,8 +159,8 @@ async def test_a_lost_gpu_shows_as_lost() -> None:
         lost = panels(app)["1"]
         assert lost.has_class("lost")
         assert lost.border_subtitle == "lost"
-        assert "GPU LOST" in str(lost.render())
-        assert "GPU LOST" not in str(panels(app)["0"].render())
+        assert "GPU LOST" in lost.text.plain
+        assert "GPU LOST" not in panels(app)["0"].text.plain
 
 
 async def test_mig_instances_get_their_own_panels() -> None:
@@ -178,10 +178,10 @@ async def test_without_gpm_occupancy_is_a_dash_with_a_reason() -> None:
     app = TopApp(sim(2, 6), interval=0.05)
     async with app.run_test(size=SIZE) as pilot:
         await settle(pilot, app, 3)
-        no_gpm = str(panels(app)["1"].render())
+        no_gpm = panels(app)["1"].text.plain
         assert "occupancy – n/a: no GPM" in no_gpm
         assert "occupancy 0%" not in no_gpm
-        assert "occupancy – " not in str(panels(app)["0"].render())
+        assert "occupancy – " not in panels(app)["0"].text.plain
 
 
 @pytest.mark.parametrize("color", [True, False])
