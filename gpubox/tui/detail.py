@@ -21,7 +21,7 @@ from gpubox.tui.history import BoxHistory, GpuHistory, ProcessHistory
 from gpubox.tui.reasons import why_missing
 
 GRAPH_HEIGHT = 4
-GUTTER = 9  # the axis labels left of each graph
+GUTTER = 11  # the axis labels left of each graph ("20.5GiB/s" and a rule)
 
 
 def _last(values: Iterable[float | None]) -> float | None:

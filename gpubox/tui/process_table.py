@@ -10,6 +10,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from rich.cells import cell_len, set_cell_size
+from rich.console import JustifyMethod
 from rich.text import Text
 from textual.coordinate import Coordinate
 from textual.events import Resize
@@ -59,6 +61,7 @@ COLUMNS = (
 MIN_COMMAND_WIDTH = 20
 COLUMN_KEYS = tuple(c.key for c in COLUMNS)
 _BY_KEY = {c.key: c for c in COLUMNS}
+_JUSTIFY: dict[str, JustifyMethod] = {c.key: "right" if c.numeric or c.key == "pid" else "left" for c in COLUMNS}
 
 
 def row_key(proc: ProcessSnapshot) -> str:
@@ -69,7 +72,7 @@ class ProcessTable(TextRowsTable):
     """Sorted by one column (numbers largest first, text A to Z; `reverse` flips), filtered by a
     ProcessFilter. `processes` maps each row key to the process it shows."""
 
-    right_aligned = frozenset(n for n, c in enumerate(COLUMNS) if c.numeric or c.key == "pid")
+    right_aligned = frozenset(n for n, c in enumerate(COLUMNS) if _JUSTIFY[c.key] == "right")
 
     def __init__(self, id: str | None = None) -> None:
         super().__init__(id=id)
@@ -121,8 +124,8 @@ class ProcessTable(TextRowsTable):
     def _row_texts(self, proc: ProcessSnapshot, label: str, taken_at: float) -> tuple[str, ...]:
         texts = [col.text(proc, label, taken_at) for col in COLUMNS]
         command, room = texts[-1], self._room
-        if len(command) > room:  # cut here rather than scroll sideways; the detail view has it all
-            texts[-1] = command[: room - 1] + "…"
+        if cell_len(command) > room:  # cut here rather than scroll sideways; the detail view has it all
+            texts[-1] = set_cell_size(command, room - 1) + "…"
         return tuple(texts)
 
     @property
@@ -138,10 +141,9 @@ class ProcessTable(TextRowsTable):
     def row_text(self, key: str) -> tuple[str, ...] | None:
         return self._texts.get(key)
 
-    @classmethod
-    def _cell(cls, col: Column, text: str) -> Text:
-        right = COLUMNS.index(col) in cls.right_aligned
-        return Text(text, justify="right" if right else "left", no_wrap=True, overflow="ellipsis")
+    @staticmethod
+    def _cell(col: Column, text: str) -> Text:
+        return Text(text, justify=_JUSTIFY[col.key], no_wrap=True, overflow="ellipsis")
 
     def _cursor_key(self) -> str | None:
         if not self.row_count:

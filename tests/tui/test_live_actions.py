@@ -119,6 +119,18 @@ async def test_the_detail_of_a_gpu_follows_the_samples() -> None:
         assert "PCIe RX" in body and "processes (3)" in body
 
 
+async def test_enter_on_a_panel_opens_its_detail() -> None:
+    app = TopApp(sim(2, 6), interval=0.05)
+    async with app.run_test(size=(120, 50)) as pilot:
+        await settle(pilot, app, 2)
+        await pilot.press("tab")  # from the table to the first panel
+        assert isinstance(app.focused, GpuPanel) and app.focused.uuid == app.snapshot.gpus[0].uuid  # type: ignore[union-attr]
+        await pilot.press("enter")
+        assert isinstance(app.screen, GpuDetail) and app.screen.uuid == app.snapshot.gpus[0].uuid  # type: ignore[union-attr]
+        await pilot.press("escape")
+        assert not isinstance(app.screen, GpuDetail)
+
+
 async def test_clicking_a_panel_opens_its_detail() -> None:
     app = TopApp(sim(2, 6), interval=0.05)
     async with app.run_test(size=(120, 50)) as pilot:
