@@ -93,3 +93,16 @@ def test_bad_config_file_is_exit_2(isolated_env) -> None:
 def test_version() -> None:
     res = run_gpubox("--version")
     assert res.returncode == 0 and res.stdout.startswith("gpubox ")
+
+
+def test_typo_suggestions_never_name_hidden_options() -> None:
+    res = run_gpubox("top", "--demo-gpu", "3")
+    assert res.returncode == 2
+    assert "--demo-gpus" not in res.stderr and "--demo" in res.stderr
+
+
+def test_live_view_rejects_a_bad_gpu_before_taking_the_screen() -> None:
+    res = run_gpubox("top", "--demo", "--gpu", "9")
+    assert res.returncode == 2
+    assert res.stderr == "gpubox: no GPU 9 on this box (GPUs: 0, 1, 2, 3)\n"
+    assert "\x1b[" not in res.stdout  # the terminal was never switched to the full-screen view

@@ -42,6 +42,15 @@ app.command("top")(top.top)
 app.add_typer(queue.app, name="queue")
 
 
+def _visible_message(exc: click.UsageError) -> str:
+    """The error text, without suggesting options that --help does not show."""
+    if isinstance(exc, click.NoSuchOption) and exc.ctx is not None:
+        hidden = {name for p in exc.ctx.command.params if getattr(p, "hidden", False) for name in p.opts}
+        if exc.possibilities and hidden:
+            exc.possibilities = [p for p in exc.possibilities if p not in hidden]
+    return exc.format_message()
+
+
 def run(argv: list[str]) -> int:
     command = typer.main.get_command(app)
     try:
@@ -50,7 +59,7 @@ def run(argv: list[str]) -> int:
         if not exc.format_message():
             return int(ExitCode.USAGE)  # no arguments: the help was printed
         where = exc.ctx.command_path if exc.ctx else "gpubox"
-        sys.stderr.write(f"gpubox: {exc.format_message()} (see '{where} --help')\n")
+        sys.stderr.write(f"gpubox: {_visible_message(exc)} (see '{where} --help')\n")
         return int(ExitCode.USAGE)
     except GpuboxError as exc:
         sys.stderr.write(f"gpubox: {exc.message}\n")

@@ -9,6 +9,7 @@ import typer
 from gpubox.cli.output import console, fail, print_json
 from gpubox.config import load_config
 from gpubox.exit_codes import ExitCode, GpuboxError
+from gpubox.telemetry.model import BoxSnapshot
 
 ONCE_WINDOW = 0.5  # seconds of rates for --once when --interval is not given
 
@@ -45,7 +46,7 @@ def top(
     With --once, rates are averaged over --interval seconds (default 0.5).
     """
     from gpubox.telemetry.backend import BackendUnavailable
-    from gpubox.telemetry.sources import open_backend, parse_gpu_selection, snapshot_over
+    from gpubox.telemetry.sources import open_backend, snapshot_over
 
     flags = {"top.interval": interval, "color": False if no_color else None}
     cfg = load_config(flags)
@@ -62,16 +63,15 @@ def top(
         return int(ExitCode.NO_GPU)
     try:
         if not once:
+            if gpu is not None:  # a bad --gpu is a usage error before the screen is taken over
+                _gpus(gpu, backend.sample())
             from gpubox.tui.top_app import run_live
 
             return int(run_live(backend, interval=cfg.get("top.interval"), gpu_filter=gpu, color=cfg.get("color")))
         window = interval if interval is not None else ONCE_WINDOW
         snap = snapshot_over(backend, window)
         if gpu is not None:
-            try:
-                snap = snap.only_gpus(parse_gpu_selection(gpu, snap))
-            except ValueError as exc:
-                raise GpuboxError(str(exc), ExitCode.USAGE) from exc
+            snap = snap.only_gpus(_gpus(gpu, snap))
         if json_out:
             print_json("top", snap, errors=list(snap.errors))
         else:
@@ -81,3 +81,12 @@ def top(
         return int(ExitCode.OK)
     finally:
         backend.close()
+
+
+def _gpus(text: str, snap: BoxSnapshot) -> frozenset[int]:
+    from gpubox.telemetry.sources import parse_gpu_selection
+
+    try:
+        return parse_gpu_selection(text, snap)
+    except ValueError as exc:
+        raise GpuboxError(str(exc), ExitCode.USAGE) from exc

@@ -19,7 +19,8 @@ def host_text(snap: BoxSnapshot | None) -> Text:
     text.append(f"  {h.hostname}", "bold")
     text.append(f"  driver {h.driver_version or fmt.DASH}  CUDA {h.cuda_driver_version or fmt.DASH}", "dim")
     cores = f" of {h.cpu_count}" if h.cpu_count else ""
-    text.append(f"  CPU {fmt.pct(h.cpu_percent)}{cores}  load {h.load_1m if h.load_1m is not None else fmt.DASH}")
+    load = fmt.DASH if h.load_1m is None else f"{h.load_1m:.2f}"
+    text.append(f"  CPU {fmt.pct(h.cpu_percent)}{cores}  load {load}")
     text.append(f"  RAM {fmt.size(h.mem_used_bytes)}/{fmt.size(h.mem_total_bytes)}")
     if snap.backend == "simulated":
         text.append("  simulated", "bold yellow")
