@@ -101,8 +101,13 @@ def test_typo_suggestions_never_name_hidden_options() -> None:
     assert "--demo-gpus" not in res.stderr and "--demo" in res.stderr
 
 
-def test_live_view_rejects_a_bad_gpu_before_taking_the_screen() -> None:
+def test_a_bad_gpu_names_the_gpus_there_are() -> None:
     res = run_gpubox("top", "--demo", "--gpu", "9")
     assert res.returncode == 2
     assert res.stderr == "gpubox: no GPU 9 on this box (GPUs: 0, 1, 2, 3)\n"
-    assert "\x1b[" not in res.stdout  # the terminal was never switched to the full-screen view
+
+
+def test_without_a_terminal_top_prints_one_snapshot() -> None:
+    res = run_gpubox("top", "--demo", "--no-color", "--interval", "0.05")
+    assert res.returncode == 0, res.stderr
+    assert "NVIDIA H100 80GB HBM3" in res.stdout and "\x1b[" not in res.stdout

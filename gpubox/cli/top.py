@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from typing import Annotated
 
 import typer
@@ -43,14 +44,16 @@ def top(
     with their user, CPU, RSS and command line. A figure the GPU or driver does not give is
     shown as "–" and, in --json, as null with its reason: never as 0.
 
-    With --once, rates are averaged over --interval seconds (default 0.5).
+    With --once, rates are averaged over --interval seconds (default 0.5). When stdin or
+    stdout is not a terminal, top prints one snapshot as with --once.
     """
     from gpubox.telemetry.backend import BackendUnavailable
     from gpubox.telemetry.sources import open_backend, snapshot_over
 
     flags = {"top.interval": interval, "color": False if no_color else None}
     cfg = load_config(flags)
-    once = once or json_out
+    # A live view needs a terminal; `gpubox top > file` or `| grep` gets one snapshot instead.
+    once = once or json_out or not (sys.stdout.isatty() and sys.stdin.isatty())
     if not 1 <= demo_gpus <= 64 or not 0 <= demo_processes <= 10_000:
         raise GpuboxError("--demo-gpus must be 1-64 and --demo-processes 0-10000", ExitCode.USAGE)
     try:
