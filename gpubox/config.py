@@ -67,14 +67,18 @@ def _flatten(doc: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
 
 def _read_toml(path: Path) -> dict[str, Any]:
     try:
+        if not path.exists():  # also when a parent is not a directory
+            return {}
+        if not path.is_file():  # a directory, a FIFO or /dev/zero would fail or hang
+            raise GpuboxError(f"config file {path}: not a regular file", ExitCode.USAGE)
         with path.open("rb") as fh:
             return _flatten(tomllib.load(fh))
-    except FileNotFoundError:
-        return {}
     except PermissionError:
         return {}  # a system file we may not read is not an error for a user command
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise GpuboxError(f"config file {path}: {exc}", ExitCode.USAGE) from exc
+    except OSError as exc:
+        raise GpuboxError(f"config file {path}: {exc.strerror or exc}", ExitCode.USAGE) from exc
 
 
 def _apply(layer: Mapping[str, Any], source: str, values: dict[str, Any], sources: dict[str, str]) -> None:

@@ -62,7 +62,7 @@ def resolve_paths(env: Mapping[str, str] | None = None, uid: int | None = None) 
         state_dir = Path(env["GPUBOX_STATE_DIR"])
     if env.get("GPUBOX_RUNTIME_DIR"):
         runtime_dir = Path(env["GPUBOX_RUNTIME_DIR"])
-    system = Path(env.get("GPUBOX_SYSTEM_CONFIG", "/etc/gpubox/config.toml"))
+    system = Path(env.get("GPUBOX_SYSTEM_CONFIG") or "/etc/gpubox/config.toml")
     return Paths(config_dir, state_dir, runtime_dir, system)
 
 

@@ -175,6 +175,11 @@ def test_mig_instances(tmp_path: Path) -> None:
     assert [g["uuid"] for g in instances] == [m.uuid for m in spec.migs]
     assert [g["name"] for g in instances] == [m.name for m in spec.migs]
     assert [g["mem_total_bytes"] for g in instances] == [m.memory_total for m in spec.migs]
+    # GPM per instance, through nvmlGpmMigSampleGet on the parent.
+    assert [g["sm_active"] for g in instances] == [m.sm_active for m in spec.migs]
+    assert [g["sm_occupancy"] for g in instances] == [m.sm_occupancy for m in spec.migs]
+    # The link is the card's.
+    assert all(g["pcie_link_gen_max"] == spec.pcie_gen_max for g in instances)
     by_uuid = {m.gpu_instance_id: m.uuid for m in spec.migs}
     procs = doc["data"]["processes"]
     assert len(procs) == len(spec.processes)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from typing import Any
 
@@ -17,9 +18,15 @@ def console(color: bool) -> Any:
     """A rich Console for stdout: colour only on a terminal, and never when turned off."""
     from rich.console import Console
 
+    class _Console(Console):
+        def on_broken_pipe(self) -> None:
+            # `gpubox top --once | head` read what it wanted: that is success, not an error.
+            self.quiet = True
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+
     # Piped output is read by scripts and people with wide pagers: do not squeeze it to 80.
     width = None if sys.stdout.isatty() else 240
-    return Console(no_color=not color, highlight=False, soft_wrap=False, width=width)
+    return _Console(no_color=not color, highlight=False, soft_wrap=False, width=width)
 
 
 def fail(message: str) -> None:

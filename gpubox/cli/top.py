@@ -47,6 +47,24 @@ def top(
     With --once, rates are averaged over --interval seconds (default 0.5). When stdin or
     stdout is not a terminal, top prints one snapshot as with --once.
     """
+    try:
+        return _top(once, json_out, interval, gpu, demo, no_color, demo_gpus, demo_processes)
+    except GpuboxError as exc:
+        if json_out:  # a script asked for JSON: it gets an envelope on failure too
+            print_json("top", None, exc.code, [exc.message])
+        raise
+
+
+def _top(
+    once: bool,
+    json_out: bool,
+    interval: float | None,
+    gpu: str | None,
+    demo: bool,
+    no_color: bool,
+    demo_gpus: int,
+    demo_processes: int,
+) -> int:
     from gpubox.telemetry.backend import BackendUnavailable
     from gpubox.telemetry.sources import open_backend, snapshot_over
 
@@ -59,31 +77,34 @@ def top(
     try:
         backend = open_backend(demo, demo_gpus, demo_processes)
     except BackendUnavailable as exc:
-        message = f"{exc}; `gpubox top --demo` shows a simulated box"
         if json_out:
             print_json("top", None, ExitCode.NO_GPU, [str(exc)])
-        fail(message)
+        fail(f"{exc}; `gpubox top --demo` shows a simulated box")
         return int(ExitCode.NO_GPU)
-    try:
-        if not once:
+    if not once:
+        from gpubox.tui.top_app import run_live
+
+        try:
             if gpu is not None:  # a bad --gpu is a usage error before the screen is taken over
                 _gpus(gpu, backend.sample())
-            from gpubox.tui.top_app import run_live
-
-            return int(run_live(backend, interval=cfg.get("top.interval"), gpu_filter=gpu, color=cfg.get("color")))
-        window = interval if interval is not None else ONCE_WINDOW
-        snap = snapshot_over(backend, window)
-        if gpu is not None:
-            snap = snap.only_gpus(_gpus(gpu, snap))
-        if json_out:
-            print_json("top", snap, errors=list(snap.errors))
-        else:
-            from gpubox.cli.top_table import render_tables
-
-            render_tables(snap, console(cfg.get("color")))
-        return int(ExitCode.OK)
+        except GpuboxError:
+            backend.close()
+            raise
+        # run_live closes the backend once no sample is running.
+        return int(run_live(backend, interval=cfg.get("top.interval"), gpu_filter=gpu, color=cfg.get("color")))
+    try:
+        snap = snapshot_over(backend, interval if interval is not None else ONCE_WINDOW)
     finally:
         backend.close()
+    if gpu is not None:
+        snap = snap.only_gpus(_gpus(gpu, snap))
+    if json_out:
+        print_json("top", snap, errors=list(snap.errors))
+    else:
+        from gpubox.cli.top_table import render_tables
+
+        render_tables(snap, console(cfg.get("color")))
+    return int(ExitCode.OK)
 
 
 def _gpus(text: str, snap: BoxSnapshot) -> frozenset[int]:

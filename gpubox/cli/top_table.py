@@ -25,11 +25,12 @@ PROCESS_COLUMNS = ("PID", "GPU", "User", "SM", "GPU mem", "CPU", "RSS", "Loader 
 
 
 def render_tables(snap: BoxSnapshot, console: Any) -> None:
+    from rich.markup import escape
     from rich.table import Table
 
     host = snap.host
     console.print(
-        f"[bold]{host.hostname}[/]  driver {host.driver_version or fmt.DASH}  "
+        f"[bold]{escape(host.hostname)}[/]  driver {escape(host.driver_version or fmt.DASH)}  "
         f"CUDA {host.cuda_driver_version or fmt.DASH}  CPU {fmt.pct(host.cpu_percent)}  "
         f"RAM {fmt.size(host.mem_used_bytes)}/{fmt.size(host.mem_total_bytes)}"
         + ("  [yellow](simulated)[/]" if snap.backend == "simulated" else "")
@@ -45,11 +46,11 @@ def render_tables(snap: BoxSnapshot, console: Any) -> None:
         )
     for g in snap.gpus:
         if g.lost:
-            gpus.add_row(g.label, g.name, "[red]GPU lost[/]", *[""] * 10)
+            gpus.add_row(g.label, escape(g.name), "[red]GPU lost[/]", *[""] * 10)
             continue
         gpus.add_row(
             g.label,
-            g.name,
+            escape(g.name),
             fmt.pct(g.gpu_busy),
             fmt.pct(g.sm_active),
             fmt.pct(g.sm_occupancy),
@@ -77,18 +78,18 @@ def render_tables(snap: BoxSnapshot, console: Any) -> None:
         procs.add_row(
             str(p.pid),
             labels.get(p.gpu_uuid, str(p.gpu_index)),
-            p.user or fmt.DASH,
+            escape(p.user or fmt.DASH),
             fmt.pct(p.sm_util),
             fmt.size(p.gpu_mem_bytes),
             fmt.pct(p.cpu_percent),
             fmt.size(p.rss_bytes),
             fmt.fraction_pct(p.loader_wait),
             fmt.uptime(p.start_time, snap.taken_at),
-            p.command or fmt.DASH,
+            escape(p.command or fmt.DASH),
         )
     if snap.processes:
         console.print(procs)
     else:
         console.print("no GPU processes")
     for err in snap.errors:
-        console.print(f"[red]{err}[/]")
+        console.print(err, style="red", markup=False)

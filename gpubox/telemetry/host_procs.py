@@ -27,6 +27,14 @@ class PidInfo:
     reasons: dict[str, str]
 
 
+_NOT_VISIBLE = PidInfo(
+    None,
+    None,
+    None,
+    None,
+    None,
+    {k: Reason.NO_PROCESS.value for k in ("user", "command", "cpu_percent", "rss_bytes", "start_time")},
+)
 _CLK_TCK = os.sysconf("SC_CLK_TCK")
 _PAGE = os.sysconf("SC_PAGE_SIZE")
 
@@ -55,10 +63,12 @@ class PidTable:
     is the rate since the previous refresh, and each refresh costs one read of /proc/<pid>/stat
     per GPU process (psutil would make several)."""
 
-    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, clock: Callable[[], float] = time.monotonic, host_pids_visible: bool | None = None) -> None:
         self._seen: dict[int, _Seen] = {}
         self._clock = clock
         self._boot = psutil.boot_time()
+        # In a container with its own PID namespace, /proc/<host pid> is some other process.
+        self.host_pids_visible = not in_child_pid_namespace() if host_pids_visible is None else host_pids_visible
 
     def lookup(self, pids: Iterable[int]) -> dict[int, PidInfo]:
         wanted = set(pids)
@@ -67,6 +77,8 @@ class PidTable:
         return {pid: self._one(pid) for pid in wanted}
 
     def _one(self, pid: int) -> PidInfo:
+        if not self.host_pids_visible:
+            return _NOT_VISIBLE
         now = self._clock()
         try:
             cpu_s, start_ticks, rss = read_proc_stat(pid)
@@ -75,8 +87,7 @@ class PidTable:
             return PidInfo(None, None, None, None, None, denied)
         except (OSError, IndexError, ValueError):
             self._seen.pop(pid, None)
-            gone = {k: Reason.NO_PROCESS.value for k in ("user", "command", "cpu_percent", "rss_bytes", "start_time")}
-            return PidInfo(None, None, None, None, None, gone)
+            return _NOT_VISIBLE
         seen = self._seen.get(pid)
         cpu: float | None = None
         if seen is None or seen.start_ticks != start_ticks:  # new, or a recycled pid
@@ -129,9 +140,29 @@ def _user(proc: psutil.Process) -> str | None:
 def _command(proc: psutil.Process) -> str | None:
     try:
         argv = proc.cmdline()
-        return " ".join(argv) if argv else f"[{proc.name()}]"
+        text = " ".join(argv) if argv else f"[{proc.name()}]"
     except psutil.AccessDenied:
         return None
+    # Arguments that are not UTF-8 arrive as lone surrogates, which JSON parsers reject.
+    return text.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
+
+
+def prime_host_cpu() -> None:
+    """psutil's first host CPU reading is 0.0 by definition; start its window now."""
+    psutil.cpu_percent(None)
+
+
+def in_child_pid_namespace(status_path: str = "/proc/self/status") -> bool:
+    """True inside a container with its own PID namespace, where NVML's host pids name other
+    processes (or none) in /proc."""
+    try:
+        with open(status_path) as fh:
+            for line in fh:
+                if line.startswith("NSpid:"):
+                    return len(line.split()) > 2  # one pid per namespace level
+    except OSError:
+        pass
+    return False
 
 
 def host_snapshot(

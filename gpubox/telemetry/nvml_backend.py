@@ -1,26 +1,25 @@
 """The NVML backend: reads every GPU and GPU process through pynvml.
 
-Rates (GPM metrics, PCIe counters, process utilization) are taken against the previous
-refresh's sample, never by sleeping. A figure that fails is None with its reason; a GPU that is
-lost stays in the snapshot, marked lost, and the sampler goes on with the others. Calls that a
-driver does not support are not repeated.
+A figure that fails is None with its reason; a GPU that is lost stays in the snapshot, marked
+lost, and the sampler goes on with the others. Calls that a driver will never answer are not
+repeated. Rates come from nvml_rates, against the previous refresh.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from functools import partial
 from types import ModuleType
 from typing import Any
 
 from gpubox.telemetry.backend import BackendUnavailable
-from gpubox.telemetry.host_procs import PidInfo, PidTable, host_snapshot, signal_process
+from gpubox.telemetry.host_procs import PidInfo, PidTable, host_snapshot, prime_host_cpu, signal_process
 from gpubox.telemetry.model import BoxSnapshot, GpuSnapshot, ProcessSnapshot, Reason
-from gpubox.telemetry.nvml_errors import PERMANENT, nvml_errors, reason_for
-
-MIB = 1024 * 1024
+from gpubox.telemetry.nvml_device import Caller, Device
+from gpubox.telemetry.nvml_errors import reason_for
+from gpubox.telemetry.nvml_rates import GPM_FIELDS, read_gpm, read_pcie, read_process_util
 
 CLOCK_EVENT_NAMES = (
     (0x1, "gpu_idle"),
@@ -33,10 +32,6 @@ CLOCK_EVENT_NAMES = (
     (0x80, "hw_power_brake_slowdown"),
     (0x100, "display_clock_setting"),
 )
-
-# GPM metric ids (nvmlGpmMetricId_t).
-GPM_SM_UTIL, GPM_SM_OCCUPANCY, GPM_PCIE_TX, GPM_PCIE_RX = 2, 3, 20, 21
-GPM_FIELDS = {GPM_SM_UTIL: "sm_active", GPM_SM_OCCUPANCY: "sm_occupancy"}
 
 
 def decode_clock_events(mask: int) -> tuple[str, ...]:
@@ -63,28 +58,6 @@ def load_nvml() -> ModuleType:
     return module
 
 
-@dataclass
-class _Device:
-    """What the backend remembers about one GPU (or MIG instance) between refreshes."""
-
-    handle: Any
-    index: int
-    uuid: str
-    name: str
-    pci_bus_id: str | None
-    mig_instance: int | None
-    static: dict[str, Any] = field(default_factory=dict)  # figures that never change
-    dead: dict[str, Reason] = field(default_factory=dict)  # calls not to repeat, and why
-    lost: bool = False
-    mig_parent: bool = False
-    gpm_supported: bool = False
-    gpm_samples: list[Any] = field(default_factory=list)
-    gpm_filled: int = 0  # how many of gpm_samples hold data
-    pcie_source: str | None = None
-    pcie_prev: tuple[int, int, int] | None = None  # (timestamp µs, tx bytes, rx bytes)
-    proc_util_ts: int = 0
-
-
 class NvmlBackend:
     name = "nvml"
 
@@ -95,136 +68,69 @@ class NvmlBackend:
         pids: PidTable | None = None,
     ) -> None:
         self._nvml = nvml if nvml is not None else load_nvml()
-        self._errors = nvml_errors(self._nvml)
+        self._call = Caller(self._nvml)
         self._clock = clock
         self._pids = pids or PidTable()
         self._versions = self._read_versions()
         try:
             count = self._nvml.nvmlDeviceGetCount()
-        except self._errors as exc:
+        except self._call.errors as exc:
             raise BackendUnavailable(f"NVML cannot count the GPUs: {exc}") from exc
-        self._devices: list[_Device] = []
-        self._errors_seen: list[str] = []
+        self._open_errors: list[str] = []  # GPUs that could not be opened: said in every snapshot
+        self._devices: list[Device] = []
         for index in range(count):
             self._devices.extend(self._open(index))
+        prime_host_cpu()
 
     # -- set-up ------------------------------------------------------------------------------
 
     def _read_versions(self) -> tuple[str | None, str | None, str | None]:
-        n = self._nvml
+        n, quiet = self._nvml, self._call.quiet
+        raw = quiet(n.nvmlSystemGetCudaDriverVersion)
+        cuda = None if raw is None else f"{raw // 1000}.{raw % 1000 // 10}"
+        driver, nvml_version = quiet(n.nvmlSystemGetDriverVersion), quiet(n.nvmlSystemGetNVMLVersion)
+        return (
+            (None if driver is None else _text(driver)),
+            cuda,
+            (None if nvml_version is None else _text(nvml_version)),
+        )
 
-        def text(fn: Callable[[], Any]) -> str | None:
-            try:
-                value = fn()
-            except self._errors:
-                return None
-            return value.decode() if isinstance(value, bytes) else str(value)
-
-        cuda = None
-        try:
-            raw = n.nvmlSystemGetCudaDriverVersion()
-            cuda = f"{raw // 1000}.{raw % 1000 // 10}"
-        except self._errors:
-            pass
-        return text(n.nvmlSystemGetDriverVersion), cuda, text(n.nvmlSystemGetNVMLVersion)
-
-    def _open(self, index: int) -> list[_Device]:
+    def _open(self, index: int) -> list[Device]:
         n = self._nvml
         try:
             handle = n.nvmlDeviceGetHandleByIndex(index)
             uuid = _text(n.nvmlDeviceGetUUID(handle))
             name = _text(n.nvmlDeviceGetName(handle))
-        except self._errors as exc:
-            self._errors_seen.append(f"GPU {index}: {exc}")
-            lost = _Device(None, index, f"unknown-{index}", "unknown", None, None, lost=True)
-            return [lost]
-        bus_id = self._try(lambda: _text(n.nvmlDeviceGetPciInfo(handle).busId))
-        parent = _Device(handle, index, uuid, name, bus_id, None)
-        self._read_static(parent)
+        except self._call.errors as exc:
+            self._open_errors.append(f"GPU {index} cannot be opened: {exc}")
+            return [Device(None, index, f"unknown-{index}", "unknown", None, broken=reason_for(exc))]
+        bus_id = self._call.quiet(lambda: _text(n.nvmlDeviceGetPciInfo(handle).busId))
+        parent = Device(handle, index, uuid, name, bus_id)
         migs = self._mig_devices(parent)
         # In MIG mode the parent keeps the whole-card figures (power, clocks, PCIe); memory and
         # processes belong to the instances, so the parent lists none to avoid counting twice.
         parent.mig_parent = bool(migs)
         return [parent, *migs]
 
-    def _mig_devices(self, parent: _Device) -> list[_Device]:
-        n = self._nvml
-        try:
-            current, _pending = n.nvmlDeviceGetMigMode(parent.handle)
-        except self._errors:
-            return []
-        if current != 1:
-            return []
-        out: list[_Device] = []
-        try:
-            slots = n.nvmlDeviceGetMaxMigDeviceCount(parent.handle)
-        except self._errors:
-            return []
-        for slot in range(slots):
+    def _mig_devices(self, parent: Device) -> list[Device]:
+        n, quiet = self._nvml, self._call.quiet
+        mode = quiet(lambda: n.nvmlDeviceGetMigMode(parent.handle))
+        slots = quiet(lambda: n.nvmlDeviceGetMaxMigDeviceCount(parent.handle)) if mode and mode[0] == 1 else 0
+        out: list[Device] = []
+        for slot in range(slots or 0):
             try:
                 mh = n.nvmlDeviceGetMigDeviceHandleByIndex(parent.handle, slot)
                 gi = n.nvmlDeviceGetGpuInstanceId(mh)
                 mig_uuid, mig_name = _text(n.nvmlDeviceGetUUID(mh)), _text(n.nvmlDeviceGetName(mh))
-                mig = _Device(mh, parent.index, mig_uuid, mig_name, parent.pci_bus_id, gi)
-            except self._errors:
+            except self._call.errors:
                 continue  # an empty slot raises NotFound
-            # The link is the card's; memory is the instance's own.
-            mig.static = {k: v for k, v in parent.static.items() if k.startswith("pcie_")}
-            self._read_static(mig)
-            out.append(mig)
+            out.append(Device(mh, parent.index, mig_uuid, mig_name, parent.pci_bus_id, gi, parent_handle=parent.handle))
         return out
-
-    def _read_static(self, dev: _Device) -> None:
-        n, h = self._nvml, dev.handle
-        calls: dict[str, Callable[[], Any]] = {
-            "pcie_link_gen_max": lambda: n.nvmlDeviceGetMaxPcieLinkGeneration(h),
-            "pcie_link_width_max": lambda: n.nvmlDeviceGetMaxPcieLinkWidth(h),
-            "mem_total_bytes": lambda: n.nvmlDeviceGetMemoryInfo(h).total,
-        }
-        for key, fn in calls.items():
-            if key not in dev.static:
-                dev.static[key] = self._call(dev, key, fn)
-        try:
-            dev.gpm_supported = bool(n.nvmlGpmQueryDeviceSupport(h).isSupportedDevice)
-        except self._errors as exc:
-            dev.dead["gpm"] = reason_for(exc)
-        else:
-            if not dev.gpm_supported:
-                dev.dead["gpm"] = Reason.NOT_SUPPORTED
-
-    # -- calls -------------------------------------------------------------------------------
-
-    def _try(self, fn: Callable[[], Any]) -> Any:
-        try:
-            return fn()
-        except self._errors:
-            return None
-
-    def _call(self, dev: _Device, key: str, fn: Callable[[], Any], reasons: dict[str, str] | None = None) -> Any:
-        """Call fn; on failure record why under `key`, and mark lost GPUs and dead calls."""
-        dead = dev.dead.get(key)
-        if dead is not None:
-            if reasons is not None:
-                reasons[key] = dead.value
-            return None
-        try:
-            return fn()
-        except self._errors as exc:
-            reason = reason_for(exc)
-            if reason == Reason.GPU_LOST:
-                dev.lost = True
-            elif reason in PERMANENT:
-                dev.dead[key] = reason
-            elif reason == Reason.ERROR:
-                self._errors_seen.append(f"GPU {dev.index} {key}: {exc}")
-            if reasons is not None:
-                reasons[key] = reason.value
-            return None
 
     # -- sampling ----------------------------------------------------------------------------
 
     def sample(self) -> BoxSnapshot:
-        self._errors_seen = []
+        self._call.seen = []
         gpus: list[GpuSnapshot] = []
         procs: list[ProcessSnapshot] = []
         for dev in self._devices:
@@ -235,23 +141,36 @@ class NvmlBackend:
         joined = tuple(_with_pid_info(p, info.get(p.pid)) for p in procs)
         driver, cuda, nvml_version = self._versions
         host = host_snapshot(driver, cuda, nvml_version)
-        return BoxSnapshot(self._clock(), self.name, host, tuple(gpus), joined, tuple(self._errors_seen))
+        errors = (*self._open_errors, *self._call.seen)
+        return BoxSnapshot(self._clock(), self.name, host, tuple(gpus), joined, errors)
 
-    def _sample_device(self, dev: _Device) -> tuple[GpuSnapshot, list[ProcessSnapshot]]:
-        if dev.lost:
-            return _lost(dev), []
+    def _static(self, dev: Device, reasons: dict[str, str]) -> dict[str, Any]:
+        """Figures read once; one that failed for a passing reason is tried again."""
         n, h = self._nvml, dev.handle
+        calls: dict[str, Callable[[], Any]] = {
+            "pcie_link_gen_max": lambda: int(n.nvmlDeviceGetMaxPcieLinkGeneration(dev.parent_handle or h)),
+            "pcie_link_width_max": lambda: int(n.nvmlDeviceGetMaxPcieLinkWidth(dev.parent_handle or h)),
+            "mem_total_bytes": lambda: int(n.nvmlDeviceGetMemoryInfo(h).total),
+        }
+        for key, fn in calls.items():
+            if dev.static.get(key) is None:
+                dev.static[key] = self._call(dev, key, fn, reasons)
+        return dev.static
+
+    def _sample_device(self, dev: Device) -> tuple[GpuSnapshot, list[ProcessSnapshot]]:
+        if dev.broken:
+            return _unreadable(dev), []
+        n, h, call = self._nvml, dev.handle, self._call
         reasons: dict[str, str] = {}
         values: dict[str, Any] = {}
-
-        util = self._call(dev, "gpu_busy", lambda: n.nvmlDeviceGetUtilizationRates(h), reasons)
-        if dev.lost:
-            return _lost(dev), []
+        util = call(dev, "gpu_busy", lambda: n.nvmlDeviceGetUtilizationRates(h), reasons)
+        if dev.broken:
+            return _unreadable(dev), []
         if util is not None:
             values["gpu_busy"], values["mem_busy"] = float(util.gpu), float(util.memory)
         elif "gpu_busy" in reasons:
             reasons["mem_busy"] = reasons["gpu_busy"]
-        mem = self._call(dev, "mem_used_bytes", lambda: n.nvmlDeviceGetMemoryInfo(h), reasons)
+        mem = call(dev, "mem_used_bytes", lambda: n.nvmlDeviceGetMemoryInfo(h), reasons)
         if mem is not None:
             values["mem_used_bytes"] = int(mem.used)
         simple: dict[str, Callable[[], Any]] = {
@@ -260,21 +179,18 @@ class NvmlBackend:
             "temperature_c": lambda: float(n.nvmlDeviceGetTemperature(h, 0)),
             "clock_sm_mhz": lambda: int(n.nvmlDeviceGetClockInfo(h, 1)),
             "clock_mem_mhz": lambda: int(n.nvmlDeviceGetClockInfo(h, 2)),
-            "pcie_link_gen": lambda: int(n.nvmlDeviceGetCurrPcieLinkGeneration(h)),
-            "pcie_link_width": lambda: int(n.nvmlDeviceGetCurrPcieLinkWidth(h)),
+            "pcie_link_gen": lambda: int(n.nvmlDeviceGetCurrPcieLinkGeneration(dev.parent_handle or h)),
+            "pcie_link_width": lambda: int(n.nvmlDeviceGetCurrPcieLinkWidth(dev.parent_handle or h)),
         }
         for key, fn in simple.items():
-            values[key] = self._call(dev, key, fn, reasons)
+            values[key] = call(dev, key, fn, reasons)
         values["clock_event_reasons"] = self._clock_events(dev, reasons)
-        gpm = self._gpm(dev, reasons)
+        values.update(self._static(dev, reasons))
+        gpm = read_gpm(call, dev, reasons)
         values.update({GPM_FIELDS[m]: v for m, v in gpm.items() if m in GPM_FIELDS})
-        tx, rx = self._pcie(dev, gpm, reasons)
-        for key, value in dev.static.items():
-            values[key] = value
-            if value is None and key in dev.dead:
-                reasons[key] = dev.dead[key].value
-        if dev.lost:
-            return _lost(dev), []
+        tx, rx = read_pcie(call, dev, gpm, reasons)
+        if dev.broken:
+            return _unreadable(dev), []
         gpu = GpuSnapshot(
             index=dev.index,
             uuid=dev.uuid,
@@ -289,120 +205,27 @@ class NvmlBackend:
         )
         return gpu, [] if dev.mig_parent else self._processes(dev)
 
-    def _clock_events(self, dev: _Device, reasons: dict[str, str]) -> tuple[str, ...] | None:
+    def _clock_events(self, dev: Device, reasons: dict[str, str]) -> tuple[str, ...] | None:
         n, h = self._nvml, dev.handle
-        mask = self._call(dev, "clock_event_reasons", lambda: n.nvmlDeviceGetCurrentClocksEventReasons(h))
+        why: dict[str, str] = {}
+        mask = self._call(dev, "clock_event_reasons", lambda: n.nvmlDeviceGetCurrentClocksEventReasons(h), why)
         if mask is None and dev.dead.get("clock_event_reasons") == Reason.FUNCTION_MISSING:
             # Drivers before 535 only have the older name of the same call.
-            mask = self._call(dev, "clock_throttle_reasons", lambda: n.nvmlDeviceGetCurrentClocksThrottleReasons(h))
-            reason = dev.dead.get("clock_throttle_reasons")
-        else:
-            reason = dev.dead.get("clock_event_reasons")
+            old = self._call(dev, "clock_throttle_reasons", lambda: n.nvmlDeviceGetCurrentClocksThrottleReasons(h), why)
+            mask, why = old, {"clock_event_reasons": why.get("clock_throttle_reasons", Reason.ERROR.value)}
         if mask is None:
-            reasons["clock_event_reasons"] = (reason or Reason.ERROR).value
+            reasons["clock_event_reasons"] = why.get("clock_event_reasons", Reason.ERROR.value)
             return None
         return decode_clock_events(int(mask))
 
-    def _gpm(self, dev: _Device, reasons: dict[str, str]) -> dict[int, float]:
-        """GPM metrics over the time since the previous refresh: two alternating samples."""
-        dead = dev.dead.get("gpm")
-        if dead is not None:
-            for key in GPM_FIELDS.values():
-                reasons[key] = dead.value
-            return {}
-        n = self._nvml
-        try:
-            if not dev.gpm_samples:
-                dev.gpm_samples = [n.nvmlGpmSampleAlloc(), n.nvmlGpmSampleAlloc()]
-            # The newest sample goes into the older buffer; the pair is (previous, newest).
-            newest = dev.gpm_samples[dev.gpm_filled % 2]
-            n.nvmlGpmSampleGet(dev.handle, newest)
-            dev.gpm_filled += 1
-            if dev.gpm_filled < 2:
-                for key in GPM_FIELDS.values():
-                    reasons[key] = Reason.WARMING_UP.value
-                return {}
-            previous = dev.gpm_samples[dev.gpm_filled % 2]
-            req = n.c_nvmlGpmMetricsGet_t()
-            req.version = n.NVML_GPM_METRICS_GET_VERSION
-            req.sample1, req.sample2 = previous, newest
-            wanted = (GPM_SM_UTIL, GPM_SM_OCCUPANCY, GPM_PCIE_TX, GPM_PCIE_RX)
-            req.numMetrics = len(wanted)
-            for i, metric in enumerate(wanted):
-                req.metrics[i].metricId = metric
-            n.nvmlGpmMetricsGet(req)
-        except self._errors as exc:
-            reason = reason_for(exc)
-            if reason == Reason.GPU_LOST:
-                dev.lost = True
-            else:
-                dev.dead["gpm"] = reason  # GPM works or it does not: do not retry each tick
-            for key in GPM_FIELDS.values():
-                reasons[key] = reason.value
-            return {}
-        out: dict[int, float] = {}
-        for i, metric in enumerate(wanted):
-            m = req.metrics[i]
-            if m.nvmlReturn == 0:
-                out[metric] = round(float(m.value), 2)
-            elif metric in GPM_FIELDS:
-                reasons[GPM_FIELDS[metric]] = reason_for(n.NVMLError(m.nvmlReturn)).value
-        return out
-
-    def _pcie(self, dev: _Device, gpm: dict[int, float], reasons: dict[str, str]) -> tuple[float | None, float | None]:
-        """PCIe bytes/s from the cheapest source: GPM, then the byte counters, then the
-        throughput call that blocks ~20 ms per direction."""
-        if "gpm" not in dev.dead and dev.pcie_source in (None, "gpm"):
-            if GPM_PCIE_TX in gpm and GPM_PCIE_RX in gpm:
-                dev.pcie_source = "gpm"
-                return gpm[GPM_PCIE_TX] * MIB, gpm[GPM_PCIE_RX] * MIB
-            if dev.gpm_filled < 2:
-                reasons["pcie_tx_Bps"] = reasons["pcie_rx_Bps"] = Reason.WARMING_UP.value
-                return None, None
-        if dev.pcie_source != "throughput" and "pcie_counters" not in dev.dead:
-            rates = self._pcie_counters(dev, reasons)
-            if rates is not None:
-                return rates
-        n, h = self._nvml, dev.handle
-        why: dict[str, str] = {}
-        tx = self._call(dev, "pcie_throughput", lambda: n.nvmlDeviceGetPcieThroughput(h, 0) * 1024.0, why)
-        rx = None
-        if tx is not None:
-            rx = self._call(dev, "pcie_throughput", lambda: n.nvmlDeviceGetPcieThroughput(h, 1) * 1024.0, why)
-        if tx is not None and rx is not None:
-            dev.pcie_source = "throughput"
-            return tx, rx
-        reasons["pcie_tx_Bps"] = reasons["pcie_rx_Bps"] = why.get("pcie_throughput", Reason.ERROR.value)
-        return None, None
-
-    def _pcie_counters(self, dev: _Device, reasons: dict[str, str]) -> tuple[float | None, float | None] | None:
-        n, h = self._nvml, dev.handle
-        fields = (n.NVML_FI_DEV_PCIE_COUNT_TX_BYTES, n.NVML_FI_DEV_PCIE_COUNT_RX_BYTES)
-        got = self._call(dev, "pcie_counters", lambda: n.nvmlDeviceGetFieldValues(h, list(fields)))
-        if got is None:
-            return None
-        if got[0].nvmlReturn != 0 or got[1].nvmlReturn != 0:
-            bad = got[0].nvmlReturn or got[1].nvmlReturn
-            dev.dead["pcie_counters"] = reason_for(n.NVMLError(bad))
-            return None
-        dev.pcie_source = "counters"
-        now = (int(got[0].timestamp), int(got[0].value.ullVal), int(got[1].value.ullVal))
-        prev, dev.pcie_prev = dev.pcie_prev, now
-        if prev is None or now[0] <= prev[0] or now[1] < prev[1] or now[2] < prev[2]:
-            reasons["pcie_tx_Bps"] = reasons["pcie_rx_Bps"] = Reason.WARMING_UP.value
-            return None, None
-        seconds = (now[0] - prev[0]) / 1e6
-        return (now[1] - prev[1]) / seconds, (now[2] - prev[2]) / seconds
-
-    def _processes(self, dev: _Device) -> list[ProcessSnapshot]:
+    def _processes(self, dev: Device) -> list[ProcessSnapshot]:
         n, h = self._nvml, dev.handle
         found: dict[int, tuple[str, int | None]] = {}
         for kind, fn in (
             ("graphics", n.nvmlDeviceGetGraphicsRunningProcesses),
             ("compute", n.nvmlDeviceGetComputeRunningProcesses),
         ):
-            running = self._call(dev, f"{kind}_processes", partial(fn, h)) or []
-            for p in running:
+            for p in self._call(dev, f"{kind}_processes", partial(fn, h)) or []:
                 mem = p.usedGpuMemory
                 found[int(p.pid)] = (kind, int(mem) if mem is not None else None)
         if not found:
@@ -412,67 +235,45 @@ class NvmlBackend:
         if dev.mig_instance is not None:
             util_reasons["sm_util"] = Reason.NOT_SUPPORTED.value  # NVML has no per-process figures in MIG
         else:
-            sm = self._process_util(dev, util_reasons)
+            sm = read_process_util(self._call, dev, set(found), util_reasons)
         out = []
         for pid, (kind, mem) in found.items():
             reasons = dict(util_reasons)
             if mem is None:
                 reasons["gpu_mem_bytes"] = Reason.NOT_SUPPORTED.value
+            util = None if sm is None else sm[pid]
             out.append(
-                ProcessSnapshot(
-                    pid=pid,
-                    gpu_index=dev.index,
-                    gpu_uuid=dev.uuid,
-                    kind=kind,
-                    sm_util=None if sm is None else sm.get(pid, 0.0),
-                    gpu_mem_bytes=mem,
-                    reasons=reasons,
-                )
+                ProcessSnapshot(pid, dev.index, dev.uuid, kind, sm_util=util, gpu_mem_bytes=mem, reasons=reasons)
             )
         return out
 
-    def _process_util(self, dev: _Device, reasons: dict[str, str]) -> dict[int, float] | None:
-        n = self._nvml
-        if "sm_util" in dev.dead:
-            reasons["sm_util"] = dev.dead["sm_util"].value
-            return None
-        try:
-            samples = n.nvmlDeviceGetProcessUtilization(dev.handle, dev.proc_util_ts)
-        except n.NVMLError_NotFound:
-            return {}  # no process ran a kernel since the last look
-        except self._errors as exc:
-            reason = reason_for(exc)
-            if reason in PERMANENT:
-                dev.dead["sm_util"] = reason
-            reasons["sm_util"] = reason.value
-            return None
-        latest: dict[int, tuple[int, float]] = {}
-        for s in samples:
-            ts = int(s.timeStamp)
-            dev.proc_util_ts = max(dev.proc_util_ts, ts)
-            if s.pid not in latest or ts > latest[s.pid][0]:
-                latest[int(s.pid)] = (ts, float(s.smUtil))
-        return {pid: util for pid, (_, util) in latest.items()}
-
     def send_signal(self, pid: int, sig: int, start_time: float | None) -> None:
+        if not self._pids.host_pids_visible:
+            raise ProcessLookupError(f"pid {pid} is a host pid, and gpubox runs in another PID namespace")
         signal_process(pid, sig, start_time)
 
     def close(self) -> None:
         for dev in self._devices:
             for s in dev.gpm_samples:
-                self._try(partial(self._nvml.nvmlGpmSampleFree, s))
+                self._call.quiet(partial(self._nvml.nvmlGpmSampleFree, s))
             dev.gpm_samples = []
-        self._try(self._nvml.nvmlShutdown)
+        self._call.quiet(self._nvml.nvmlShutdown)
 
 
 def _text(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
+    return value.decode(errors="replace") if isinstance(value, bytes) else str(value)
+
+
+def _maybe_text(value: Any) -> str | None:
+    return None if value is None else _text(value)
 
 
 _IDENTITY = frozenset({"index", "uuid", "name", "pci_bus_id", "mig_instance", "lost", "reasons"})
 
 
-def _lost(dev: _Device) -> GpuSnapshot:
+def _unreadable(dev: Device) -> GpuSnapshot:
+    """A GPU that can no longer be read (lost) or never could be: every figure null, one reason."""
+    reason = dev.broken or Reason.ERROR
     names = [f for f in GpuSnapshot.__dataclass_fields__ if f not in _IDENTITY]
     return GpuSnapshot(
         index=dev.index,
@@ -480,8 +281,8 @@ def _lost(dev: _Device) -> GpuSnapshot:
         name=dev.name,
         pci_bus_id=dev.pci_bus_id,
         mig_instance=dev.mig_instance,
-        lost=True,
-        reasons={name: Reason.GPU_LOST.value for name in names},
+        lost=reason == Reason.GPU_LOST,
+        reasons=dict.fromkeys(names, reason.value),
     )
 
 

@@ -35,7 +35,7 @@ def parse_gpu_selection(text: str, snapshot: BoxSnapshot) -> frozenset[int]:
     for part in (p.strip() for p in text.split(",")):
         if not part:
             continue
-        if part.isdigit():
+        if part.isascii() and part.isdigit():
             if int(part) not in indices:
                 have = ", ".join(map(str, indices)) or "none"
                 raise ValueError(f"no GPU {part} on this box (GPUs: {have})")

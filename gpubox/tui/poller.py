@@ -143,6 +143,18 @@ class Poller:
             return None
         return now - (self._last_landed if self._last_landed is not None else self._in_flight_since)
 
+    def close_backend(self, timeout: float = SIGNAL_WAIT) -> bool:
+        """Close the backend once no sample is using it. A sample that hangs keeps it open:
+        closing NVML under a running call could free what the call still reads, and the
+        process is about to exit anyway. True when closed."""
+        if not self._backend_lock.acquire(timeout=timeout):
+            return False
+        try:
+            self._backend.close()
+        finally:
+            self._backend_lock.release()
+        return True
+
     def send_signal(self, pid: int, sig: int, start_time: float | None) -> None:
         """Signal a process from a worker thread; the app gets a SignalSent."""
 

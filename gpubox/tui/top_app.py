@@ -282,9 +282,13 @@ def _signal_name(sig: int) -> str:
 
 
 def run_live(backend: TelemetryBackend, interval: float, gpu_filter: str | None = None, color: bool = True) -> int:
-    """Run the live view until q; the exit code, with a bad --gpu reported as a usage error."""
+    """Run the live view until q; the exit code, with a bad --gpu reported as a usage error.
+    The backend is closed here, once no sample is running."""
     app = TopApp(backend, interval=interval, gpu_filter=gpu_filter, color=color)
-    app.run()
+    try:
+        app.run()
+    finally:
+        app.poller.close_backend()
     if app.usage_error is not None:
         sys.stderr.write(f"gpubox: {app.usage_error}\n")
         return int(ExitCode.USAGE)

@@ -62,7 +62,8 @@
  *
  * [mig]
  *   gpu_instance_id=  compute_instance_id=0  uuid=MIG-...  name=  memory_total=  memory_used=
- *   bar1_total= (default the GPU's)  bar1_used=
+ *   bar1_total= (default the GPU's)  bar1_used=  sm_active=  sm_occupancy= (its GPM, read
+ *   through nvmlGpmMigSampleGet on the parent)
  *
  * [process]
  *   pid=  used_memory= (bytes)  sm_util=  mem_util=  enc_util=0  dec_util=0
@@ -374,6 +375,7 @@ static const struct key GPU_KEYS[] = {
 static const struct key MIG_KEYS[] = {
     KU(dev, gpu_instance_id), KU(dev, compute_instance_id), KS(dev, uuid), KS(dev, name),
     KL(dev, memory_total), KL(dev, memory_used), KL(dev, bar1_total), KL(dev, bar1_used),
+    KD(dev, sm_active), KD(dev, sm_occupancy),
     {NULL, K_STR, 0, 0},
 };
 
@@ -1438,6 +1440,25 @@ API nvmlReturn_t nvmlGpmSampleGet(nvmlDevice_t device, nvmlGpmSample_t gpmSample
     s->dev = d;
     s->seq = ++d->gpm_seq;
     RETURN(NVML_SUCCESS);
+}
+
+/* GPM of one MIG instance, named by its GPU instance id on the parent GPU. */
+API nvmlReturn_t nvmlGpmMigSampleGet(nvmlDevice_t device, unsigned int gpuInstanceId,
+                                     nvmlGpmSample_t gpmSample)
+{
+    BEGIN_DEVICE(device, gpmSample);
+    struct nvmlGpmSample_st *s = find_sample(gpmSample);
+    if (!s || d->is_mig)
+        RETURN(NVML_ERROR_INVALID_ARGUMENT);
+    if (!d->gpm)
+        RETURN(NVML_ERROR_NOT_SUPPORTED);
+    for (unsigned int i = 0; i < d->n_migs; i++)
+        if (d->migs[i]->gpu_instance_id == gpuInstanceId) {
+            s->dev = d->migs[i];
+            s->seq = ++d->migs[i]->gpm_seq;
+            RETURN(NVML_SUCCESS);
+        }
+    RETURN(NVML_ERROR_NOT_FOUND);
 }
 
 static void metric_info(nvmlGpmMetric_t *m, const char *shortName, const char *longName,

@@ -56,6 +56,8 @@ class FakeMig:
     compute_instance_id: int = 0
     bar1_total: int | None = None  # None: the GPU's
     bar1_used: int = 0
+    sm_active: float = 0.0  # GPM, through nvmlGpmMigSampleGet
+    sm_occupancy: float = 0.0
 
 
 @dataclass
@@ -413,12 +415,16 @@ def mig(processes_per_instance: int = 2) -> FakeBox:
             uuid="MIG-11111111-2222-5333-8444-555555555501",
             name="NVIDIA H100 80GB HBM3 MIG 3g.40gb",
             memory_total=40192 * MIB,
+            sm_active=61.5,
+            sm_occupancy=33.25,
         ),
         FakeMig(
             gpu_instance_id=5,
             uuid="MIG-11111111-2222-5333-8444-555555555505",
             name="NVIDIA H100 80GB HBM3 MIG 2g.20gb",
             memory_total=19968 * MIB,
+            sm_active=12.75,
+            sm_occupancy=4.5,
         ),
     ]
     pid = 7100
