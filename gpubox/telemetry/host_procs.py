@@ -25,6 +25,7 @@ class PidInfo:
     rss_bytes: int | None
     start_time: float | None
     reasons: dict[str, str]
+    start_ticks: int | None = None  # /proc/<pid>/stat field 22: names the pid's probe file
 
 
 _NOT_VISIBLE = PidInfo(
@@ -102,7 +103,7 @@ class PidTable:
         if seen.command is None:
             reasons["command"] = Reason.NO_PERMISSION.value
         started = self._boot + start_ticks / _CLK_TCK
-        return PidInfo(seen.user, seen.command, cpu, rss, started, reasons)
+        return PidInfo(seen.user, seen.command, cpu, rss, started, reasons, start_ticks)
 
 
 def _identity(pid: int) -> tuple[str | None, str | None]:
