@@ -20,5 +20,9 @@ fi
 
 echo "== top --once (table)"
 timeout 60 "$PYTHON" -m gpubox top --once --no-color
+status=0
 echo "== top --once --json under load"
-timeout 300 "$PYTHON" scripts/gpu_check.py
+timeout 240 "$PYTHON" scripts/gpu_check.py || status=1
+echo "== loader_wait: a slow and a fast DataLoader feeding a CUDA training loop"
+timeout 180 "$PYTHON" scripts/gpu_check_loader.py || status=1
+exit $status
