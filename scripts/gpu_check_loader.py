@@ -55,7 +55,9 @@ def top_once(pid: int) -> tuple[dict, dict | None]:
 
 def run_case(sleep_s: float) -> tuple[dict, dict | None]:
     env = dict(os.environ, CUDA_VISIBLE_DEVICES="0")
-    job = subprocess.Popen([sys.executable, "-m", "gpubox", "run", sys.executable, "-c", TRAIN, str(sleep_s), "40"], env=env)
+    job = subprocess.Popen(
+        [sys.executable, "-m", "gpubox", "run", sys.executable, "-c", TRAIN, str(sleep_s), "40"], env=env
+    )
     try:
         time.sleep(20)  # CUDA start-up, worker start-up, and a full loader_wait window
         return top_once(job.pid)
