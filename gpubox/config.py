@@ -34,9 +34,31 @@ def _parse_interval(raw: object) -> float:
     return value
 
 
+def _parse_loader_window(raw: object) -> int:
+    if isinstance(raw, bool):
+        raise ValueError(f"expected whole seconds, got {raw!r}")
+    value = float(raw)  # type: ignore[arg-type]
+    # The probe keeps per-second buckets for the last 16 seconds, so the window is whole seconds.
+    if not value.is_integer() or not 1 <= value <= 15:
+        raise ValueError(f"must be whole seconds from 1 to 15, got {raw!r}")
+    return int(value)
+
+
+def _parse_fraction(raw: object) -> float:
+    if isinstance(raw, bool):
+        raise ValueError(f"expected a fraction, got {raw!r}")
+    value = float(raw)  # type: ignore[arg-type]
+    if not 0 <= value <= 1:
+        raise ValueError(f"must be a fraction from 0 to 1 (0.2 is 20%), got {raw!r}")
+    return value
+
+
 # key -> (parser, default). A key "a.b" is `[a] b = ...` in TOML and GPUBOX_A_B in the environment.
 SCHEMA: dict[str, tuple[Callable[[object], Any], Any]] = {
     "top.interval": (_parse_interval, 1.0),
+    "top.loader_window": (_parse_loader_window, 10),  # seconds of loader wait averaged
+    "top.loader_wait_threshold": (_parse_fraction, 0.2),  # above it, the loader wait cell is coloured
+    "top.loader_sampling": (_parse_bool, True),  # sample the stacks of GPU processes that run no probe
     "color": (_parse_bool, True),
 }
 

@@ -23,7 +23,12 @@ def test_json_envelope_on_the_simulated_box() -> None:
     proc = data["processes"][0]
     for key in ("pid", "user", "command", "sm_util", "gpu_mem_bytes", "cpu_percent", "rss_bytes", "start_time"):
         assert proc[key] is not None, key
-    assert proc["loader_wait"] is None and proc["reasons"]["loader_wait"] == "not_measured"
+    # The demo's trainers run the probe; processes nothing measures say so: null, never 0.
+    by_source = {p["loader_wait_source"]: p for p in data["processes"]}
+    probed, unknown = by_source["probe"], by_source[None]
+    assert 0 < probed["loader_wait"] <= 1 and probed["batches_per_s"] > 0 and "loader_wait" not in probed["reasons"]
+    assert unknown["loader_wait"] is None and unknown["reasons"]["loader_wait"] == "not_measured"
+    assert by_source["sampled"]["loader_wait_samples"] > 0
 
 
 def test_json_implies_once_and_gpu_filter_keeps_only_those_gpus() -> None:

@@ -89,7 +89,7 @@ def test_hopper8_every_figure(tmp_path: Path) -> None:
             assert p["sm_util"] == fp.sm_util
             # These pids do not exist on this host: unknown, never zero.
             assert p["cpu_percent"] is None and p["reasons"]["cpu_percent"] == "no_process"
-            assert p["loader_wait"] is None and p["reasons"]["loader_wait"] == "not_measured"
+            assert p["loader_wait"] is None and p["reasons"]["loader_wait"] == "no_process"
 
 
 def test_consumer_gpu_without_gpm_or_pcie_figures(tmp_path: Path) -> None:

@@ -44,6 +44,11 @@ def top(
     with their user, CPU, RSS and command line. A figure the GPU or driver does not give is
     shown as "–" and, in --json, as null with its reason: never as 0.
 
+    Loader wait is the share of time a process spent waiting for its next batch over the last
+    top.loader_window seconds: exact ("probe") for processes started with `gpubox run` or that
+    call gpubox.probe.install(), estimated from py-spy stack samples ("sampled") for other
+    processes where ptrace is allowed, and unknown otherwise.
+
     With --once, rates are averaged over --interval seconds (default 0.5). When stdin or
     stdout is not a terminal, top prints one snapshot as with --once.
     """
@@ -75,7 +80,9 @@ def _top(
     if not 1 <= demo_gpus <= 64 or not 0 <= demo_processes <= 10_000:
         raise GpuboxError("--demo-gpus must be 1-64 and --demo-processes 0-10000", ExitCode.USAGE)
     try:
-        backend = open_backend(demo, demo_gpus, demo_processes)
+        backend = open_backend(
+            demo, demo_gpus, demo_processes, cfg.get("top.loader_window"), cfg.get("top.loader_sampling")
+        )
     except BackendUnavailable as exc:
         if json_out:
             print_json("top", None, ExitCode.NO_GPU, [str(exc)])
@@ -91,19 +98,22 @@ def _top(
             backend.close()
             raise
         # run_live closes the backend once no sample is running.
-        return int(run_live(backend, interval=cfg.get("top.interval"), gpu_filter=gpu, color=cfg.get("color")))
+        interval_s, threshold = cfg.get("top.interval"), cfg.get("top.loader_wait_threshold")
+        return int(run_live(backend, interval_s, gpu_filter=gpu, color=cfg.get("color"), loader_threshold=threshold))
     try:
         snap = snapshot_over(backend, interval if interval is not None else ONCE_WINDOW)
     finally:
         backend.close()
     if gpu is not None:
         snap = snap.only_gpus(_gpus(gpu, snap))
+    for notice in snap.notices:  # advice, such as how to allow stack sampling: stderr, once
+        sys.stderr.write(f"gpubox: {notice}\n")
     if json_out:
         print_json("top", snap, errors=list(snap.errors))
     else:
         from gpubox.cli.top_table import render_tables
 
-        render_tables(snap, console(cfg.get("color")))
+        render_tables(snap, console(cfg.get("color")), cfg.get("top.loader_wait_threshold"))
     return int(ExitCode.OK)
 
 

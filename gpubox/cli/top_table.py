@@ -5,7 +5,10 @@ from __future__ import annotations
 from typing import Any
 
 from gpubox import format as fmt
-from gpubox.telemetry.model import BoxSnapshot
+from gpubox.telemetry.loader_wait import wait_level
+from gpubox.telemetry.model import BoxSnapshot, ProcessSnapshot
+
+_LOADER_STYLES = {"high": "yellow", "severe": "bold red"}
 
 GPU_COLUMNS = (
     "GPU",
@@ -24,7 +27,19 @@ GPU_COLUMNS = (
 PROCESS_COLUMNS = ("PID", "GPU", "User", "SM", "GPU mem", "CPU", "RSS", "Loader wait", "Uptime", "Command")
 
 
-def render_tables(snap: BoxSnapshot, console: Any) -> None:
+def loader_cell(p: ProcessSnapshot, threshold: float) -> str:
+    """Loader wait with how it is known, as rich markup: coloured above the threshold."""
+    if p.loader_wait is None:
+        return fmt.DASH
+    source = p.loader_wait_source or ""
+    if source == "sampled" and p.loader_wait_samples is not None:
+        source += f" n={p.loader_wait_samples}"
+    text = f"{fmt.fraction_pct(p.loader_wait)} [dim]{source}[/]"
+    level = wait_level(p.loader_wait, threshold)
+    return f"[{_LOADER_STYLES[level]}]{text}[/]" if level else text
+
+
+def render_tables(snap: BoxSnapshot, console: Any, loader_threshold: float = 0.2) -> None:
     from rich.markup import escape
     from rich.table import Table
 
@@ -83,7 +98,7 @@ def render_tables(snap: BoxSnapshot, console: Any) -> None:
             fmt.size(p.gpu_mem_bytes),
             fmt.pct(p.cpu_percent),
             fmt.size(p.rss_bytes),
-            fmt.fraction_pct(p.loader_wait),
+            loader_cell(p, loader_threshold),
             fmt.uptime(p.start_time, snap.taken_at),
             escape(p.command or fmt.DASH),
         )

@@ -16,9 +16,11 @@ class Reason(StrEnum):
     GPU_LOST = "gpu_lost"  # the GPU fell off the bus or needs a reset
     FUNCTION_MISSING = "function_missing"  # the driver is older than the function
     LIBRARY_MISMATCH = "library_mismatch"  # the driver and the NVML bindings disagree on a struct
-    WARMING_UP = "warming_up"  # a rate that needs a second sample
+    WARMING_UP = "warming_up"  # a rate that needs a second sample, or stack samples not yet taken
     NO_PROCESS = "no_process"  # the pid is gone or hidden (another PID namespace)
-    NOT_MEASURED = "not_measured"  # nothing measures it yet (loader_wait without a probe)
+    NOT_MEASURED = "not_measured"  # nothing measures it (loader_wait: no probe, no stack sampling)
+    PROBE_UNREADABLE = "probe_unreadable"  # the probe file is corrupt, cut short or always torn
+    NO_BATCHES_YET = "no_batches_yet"  # the probe is attached, but no batch was asked for yet
     ERROR = "error"  # anything else; the error text goes to the snapshot's errors
 
 
@@ -77,6 +79,8 @@ class ProcessSnapshot:
     start_time: float | None = None  # epoch seconds
     loader_wait: float | None = None  # fraction of wall time blocked on the next batch
     loader_wait_source: str | None = None  # "probe", "sampled" or None (unknown)
+    loader_wait_samples: int | None = None  # stack samples behind a "sampled" loader_wait
+    batches_per_s: float | None = None  # batches the probe saw delivered, over the same window
     reasons: dict[str, str] = field(default_factory=dict)
 
     @property
@@ -105,6 +109,7 @@ class BoxSnapshot:
     gpus: tuple[GpuSnapshot, ...]
     processes: tuple[ProcessSnapshot, ...]
     errors: tuple[str, ...] = ()
+    notices: tuple[str, ...] = ()  # one-line advice, e.g. how to allow stack sampling
 
     def only_gpus(self, indices: frozenset[int]) -> BoxSnapshot:
         """The same snapshot restricted to the GPUs with these NVML indices."""
@@ -115,4 +120,5 @@ class BoxSnapshot:
             tuple(g for g in self.gpus if g.index in indices),
             tuple(p for p in self.processes if p.gpu_index in indices),
             self.errors,
+            self.notices,
         )

@@ -16,6 +16,7 @@ from typing import Any
 
 from gpubox.telemetry.backend import BackendUnavailable
 from gpubox.telemetry.host_procs import PidInfo, PidTable, host_snapshot, prime_host_cpu, signal_process
+from gpubox.telemetry.loader_wait import LoaderWait, LoaderWaitReader
 from gpubox.telemetry.model import BoxSnapshot, GpuSnapshot, ProcessSnapshot, Reason
 from gpubox.telemetry.nvml_device import Caller, Device
 from gpubox.telemetry.nvml_errors import reason_for
@@ -66,11 +67,13 @@ class NvmlBackend:
         nvml: ModuleType | None = None,
         clock: Callable[[], float] = time.time,
         pids: PidTable | None = None,
+        loader_wait: LoaderWaitReader | None = None,
     ) -> None:
         self._nvml = nvml if nvml is not None else load_nvml()
         self._call = Caller(self._nvml)
         self._clock = clock
         self._pids = pids or PidTable()
+        self._loader_wait = loader_wait or LoaderWaitReader()
         self._versions = self._read_versions()
         try:
             count = self._nvml.nvmlDeviceGetCount()
@@ -138,11 +141,13 @@ class NvmlBackend:
             gpus.append(gpu)
             procs.extend(raw_procs)
         info = self._pids.lookup({p.pid for p in procs})
-        joined = tuple(_with_pid_info(p, info.get(p.pid)) for p in procs)
+        ticks = {pid: i.start_ticks for pid, i in info.items() if i.start_ticks is not None}
+        waits = self._loader_wait.read(ticks)
+        joined = tuple(_with_pid_info(p, info.get(p.pid), waits.by_pid.get(p.pid)) for p in procs)
         driver, cuda, nvml_version = self._versions
         host = host_snapshot(driver, cuda, nvml_version)
-        errors = (*self._open_errors, *self._call.seen)
-        return BoxSnapshot(self._clock(), self.name, host, tuple(gpus), joined, errors)
+        errors = (*self._open_errors, *self._call.seen, *waits.errors)
+        return BoxSnapshot(self._clock(), self.name, host, tuple(gpus), joined, errors, waits.notices)
 
     def _static(self, dev: Device, reasons: dict[str, str]) -> dict[str, Any]:
         """Figures read once; one that failed for a passing reason is tried again."""
@@ -258,6 +263,7 @@ class NvmlBackend:
                 self._call.quiet(partial(self._nvml.nvmlGpmSampleFree, s))
             dev.gpm_samples = []
         self._call.quiet(self._nvml.nvmlShutdown)
+        self._loader_wait.close()
 
 
 def _text(value: Any) -> str:
@@ -286,12 +292,16 @@ def _unreadable(dev: Device) -> GpuSnapshot:
     )
 
 
-def _with_pid_info(p: ProcessSnapshot, info: PidInfo | None) -> ProcessSnapshot:
+def _with_pid_info(p: ProcessSnapshot, info: PidInfo | None, wait: LoaderWait | None) -> ProcessSnapshot:
     reasons = dict(p.reasons)
-    reasons["loader_wait"] = Reason.NOT_MEASURED.value
     if info is None:
+        reasons["loader_wait"] = Reason.NOT_MEASURED.value
         return replace(p, reasons=reasons)
     reasons.update(info.reasons)
+    if wait is None:  # no start ticks to name a probe file by: hidden, or not ours to read
+        reasons["loader_wait"] = info.reasons.get("start_time", Reason.NOT_MEASURED.value)
+    elif wait.reason is not None:
+        reasons["loader_wait"] = wait.reason
     return replace(
         p,
         user=info.user,
@@ -299,5 +309,9 @@ def _with_pid_info(p: ProcessSnapshot, info: PidInfo | None) -> ProcessSnapshot:
         cpu_percent=info.cpu_percent,
         rss_bytes=info.rss_bytes,
         start_time=info.start_time,
+        loader_wait=None if wait is None else wait.loader_wait,
+        loader_wait_source=None if wait is None else wait.source,
+        loader_wait_samples=None if wait is None else wait.samples,
+        batches_per_s=None if wait is None else wait.batches_per_s,
         reasons=reasons,
     )

@@ -11,6 +11,7 @@ import random
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from gpubox.telemetry.model import BoxSnapshot, GpuSnapshot, HostSnapshot, ProcessSnapshot, Reason
 
@@ -40,6 +41,30 @@ _MODELS = (
     _SimGpu("NVIDIA A100-SXM4-80GB", 80 * GIB, False, 400.0, 4),
     _SimGpu("NVIDIA GeForce RTX 4090", 24 * GIB, False, 450.0, 4),
 )
+
+
+_STARVING = 0  # the process (by creation order) whose loader cannot keep its GPU fed
+
+
+def _loader_figures(n: int, tick: int) -> dict[str, Any]:
+    """Trainers run the probe (the first one starves for data, the others barely wait), the
+    evaluation jobs are stack-sampled, and nothing measures the rest."""
+    swing = math.sin(tick / 3 + n)
+    kind = n % len(_COMMANDS)
+    if kind in (0, 3):  # train.py, finetune.py
+        wait = 0.6 + 0.05 * swing if n == _STARVING else 0.04 + 0.02 * swing
+        return {
+            "loader_wait": round(wait, 3),
+            "loader_wait_source": "probe",
+            "batches_per_s": round(24 * (1 - wait), 1),
+        }
+    if kind == 5:  # eval.py
+        return {
+            "loader_wait": round(0.12 + 0.04 * swing, 3),
+            "loader_wait_source": "sampled",
+            "loader_wait_samples": 20,
+        }
+    return {"reasons": {"loader_wait": Reason.NOT_MEASURED.value}}
 
 
 class SimulatedBackend:
@@ -90,6 +115,8 @@ class SimulatedBackend:
     def _gpu(self, i: int, tick: int) -> GpuSnapshot:
         model = self._gpus[i]
         busy = round(40 + 58 * self._wave(i, tick, 5), 1)
+        if any(n == _STARVING and p[1] == i for n, p in enumerate(self._procs)):
+            busy = round(18 + 20 * self._wave(i, tick, 5), 1)  # its trainer waits for data
         used = sum(p[4] for p in self._procs if p[1] == i)
         reasons: dict[str, str] = {}
         sm_active = sm_occ = None
@@ -137,6 +164,8 @@ class SimulatedBackend:
     def _proc(self, n: int, tick: int, now: float) -> ProcessSnapshot:
         pid, gpu, user, cmd, mem = self._procs[n]
         wave = 0.5 + 0.5 * math.sin(tick / 4 + n)
+        if n == _STARVING:
+            wave *= 0.35
         return ProcessSnapshot(
             pid=pid,
             gpu_index=gpu,
@@ -149,7 +178,7 @@ class SimulatedBackend:
             cpu_percent=round(20 + 180 * (1 - wave), 1),
             rss_bytes=int(mem / 3),
             start_time=now - 3600 * (1 + n),
-            reasons={"loader_wait": Reason.NOT_MEASURED.value},
+            **_loader_figures(n, tick),
         )
 
     def send_signal(self, pid: int, sig: int, start_time: float | None) -> None:

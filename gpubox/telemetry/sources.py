@@ -9,15 +9,24 @@ from gpubox.telemetry.backend import TelemetryBackend
 from gpubox.telemetry.model import BoxSnapshot
 
 
-def open_backend(demo: bool, demo_gpus: int = 4, demo_processes: int = 12) -> TelemetryBackend:
-    """The simulated box, or NVML (raises BackendUnavailable when there is no driver)."""
+def open_backend(
+    demo: bool,
+    demo_gpus: int = 4,
+    demo_processes: int = 12,
+    loader_window: int = 10,
+    loader_sampling: bool = True,
+) -> TelemetryBackend:
+    """The simulated box, or NVML (raises BackendUnavailable when there is no driver).
+    `loader_window` is the seconds loader wait is averaged over; `loader_sampling` allows
+    sampling the stacks of GPU processes that run no probe."""
     if demo:
         from gpubox.telemetry.simulated import SimulatedBackend
 
         return SimulatedBackend(gpus=demo_gpus, processes=demo_processes)
+    from gpubox.telemetry.loader_wait import LoaderWaitReader
     from gpubox.telemetry.nvml_backend import NvmlBackend
 
-    return NvmlBackend()
+    return NvmlBackend(loader_wait=LoaderWaitReader(window_s=loader_window, sampling=loader_sampling))
 
 
 def snapshot_over(backend: TelemetryBackend, window: float, sleep: Callable[[float], None] = time.sleep) -> BoxSnapshot:

@@ -166,7 +166,20 @@ class ProcessDetail(DetailScreen):
         graph_block(text, "CPU %", h.cpu_percent, cpu_top, fmt.pct, width, why_missing(p.reasons, "cpu_percent"))
         rss_top = scale_top(list(h.rss), 1.0)
         graph_block(text, "RSS", h.rss, rss_top, fmt.size, width, why_missing(p.reasons, "rss_bytes"))
-        source = f" ({p.loader_wait_source})" if p.loader_wait_source else ""
         wait = why_missing(p.reasons, "loader_wait")
-        graph_block(text, f"loader wait{source}", h.loader_wait, 1.0, fmt.fraction_pct, width, wait)
+        graph_block(text, f"loader wait{loader_source(p)}", h.loader_wait, 1.0, fmt.fraction_pct, width, wait)
+        if p.loader_wait_source == "probe" or any(v is not None for v in h.batches_per_s):
+            rate_top = scale_top(list(h.batches_per_s), 1.0)
+            graph_block(text, "batches/s (probe)", h.batches_per_s, rate_top, _per_s, width, "no batch yet")
         return title, text
+
+
+def loader_source(p: ProcessSnapshot) -> str:
+    """How the loader wait is known, for its title: exact, or from how many stack samples."""
+    if p.loader_wait_source == "sampled":
+        return f" (sampled n={p.loader_wait_samples})" if p.loader_wait_samples is not None else " (sampled)"
+    return f" ({p.loader_wait_source})" if p.loader_wait_source else ""
+
+
+def _per_s(value: float | None) -> str:
+    return fmt.DASH if value is None else f"{value:.1f}/s"

@@ -59,6 +59,7 @@ class ProcessHistory:
         self.cpu_percent = _series(length)
         self.rss = _series(length)
         self.loader_wait = _series(length)
+        self.batches_per_s = _series(length)
 
     def push(self, proc: ProcessSnapshot) -> None:
         self.sm_util.append(proc.sm_util)
@@ -66,6 +67,7 @@ class ProcessHistory:
         self.cpu_percent.append(proc.cpu_percent)
         self.rss.append(None if proc.rss_bytes is None else float(proc.rss_bytes))
         self.loader_wait.append(proc.loader_wait)
+        self.batches_per_s.append(proc.batches_per_s)
 
 
 class BoxHistory:

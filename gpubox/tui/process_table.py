@@ -19,11 +19,13 @@ from textual.widgets import DataTable
 from textual.widgets.data_table import ColumnKey
 
 from gpubox import format as fmt
+from gpubox.telemetry.loader_wait import wait_level
 from gpubox.telemetry.model import BoxSnapshot, ProcessSnapshot
 from gpubox.tui.process_filter import ProcessFilter
 from gpubox.tui.table_lines import TextRowsTable
 
 SortValue = float | str | None
+DEFAULT_LOADER_THRESHOLD = 0.2
 
 
 @dataclass(frozen=True)
@@ -34,6 +36,21 @@ class Column:
     numeric: bool  # sorted largest first
     text: Callable[[ProcessSnapshot, str, float], str]  # (process, GPU label, taken_at) -> cell
     value: Callable[[ProcessSnapshot, str], SortValue]
+    style: Callable[[ProcessSnapshot, float], str] | None = None  # (process, loader threshold) -> style
+
+
+def loader_text(p: ProcessSnapshot) -> str:
+    """The loader wait cell: "~" marks a figure from stack samples, which is approximate."""
+    text = fmt.fraction_pct(p.loader_wait)
+    return "~" + text if p.loader_wait_source == "sampled" and p.loader_wait is not None else text
+
+
+LOADER_STYLES = {"high": "yellow", "severe": "bold red"}
+
+
+def loader_style(wait: float | None, threshold: float) -> str:
+    level = wait_level(wait, threshold)
+    return "" if level is None else LOADER_STYLES[level]
 
 
 COLUMNS = (
@@ -45,7 +62,13 @@ COLUMNS = (
     Column("cpu", "CPU %", 7, True, lambda p, g, t: fmt.pct(p.cpu_percent), lambda p, g: p.cpu_percent),
     Column("rss", "RSS", 8, True, lambda p, g, t: fmt.size(p.rss_bytes), lambda p, g: p.rss_bytes),
     Column(
-        "loader", "Loader wait", 11, True, lambda p, g, t: fmt.fraction_pct(p.loader_wait), lambda p, g: p.loader_wait
+        "loader",
+        "Loader wait",
+        11,
+        True,
+        lambda p, g, t: loader_text(p),
+        lambda p, g: p.loader_wait,
+        lambda p, threshold: loader_style(p.loader_wait, threshold),
     ),
     # sorted by the start time, negated, so that "largest first" means the longest uptime first
     Column(
@@ -74,8 +97,9 @@ class ProcessTable(TextRowsTable):
 
     right_aligned = frozenset(n for n, c in enumerate(COLUMNS) if _JUSTIFY[c.key] == "right")
 
-    def __init__(self, id: str | None = None) -> None:
+    def __init__(self, id: str | None = None, loader_threshold: float = DEFAULT_LOADER_THRESHOLD) -> None:
         super().__init__(id=id)
+        self.loader_threshold = loader_threshold  # loader wait above it is coloured
         self.processes: dict[str, ProcessSnapshot] = {}
         self.total = 0  # processes before the filter
         self.sort_column = "gpu"
@@ -83,6 +107,7 @@ class ProcessTable(TextRowsTable):
         self.filter = ProcessFilter()
         self._labels: dict[str, str] = {}  # row key -> GPU label
         self._texts: dict[str, tuple[str, ...]] = {}  # row key -> the text of each cell now shown
+        self._cell_styles: dict[str, tuple[str, ...]] = {}  # row key -> the style of each cell now shown
         self._order: list[str] = []
         self._snap: BoxSnapshot | None = None
         self._room = MIN_COMMAND_WIDTH  # the command column's width, for this show
@@ -107,18 +132,22 @@ class ProcessTable(TextRowsTable):
         for key in [k for k in self.processes if k not in wanted]:
             self.remove_row(key)
             self.forget_row(key)
-            del self.processes[key], self._texts[key], self._labels[key]
+            del self.processes[key], self._texts[key], self._cell_styles[key], self._labels[key]
         for key, (proc, label) in wanted.items():
             texts = self._row_texts(proc, label, snap.taken_at)
-            old = self._texts.get(key)
-            if old is None:
-                self.add_row(*(self._cell(c, t) for c, t in zip(COLUMNS, texts, strict=True)), key=key)
-            elif old != texts:
-                for col, text, was in zip(COLUMNS, texts, old, strict=True):
-                    if text != was:
+            styles = tuple("" if c.style is None else c.style(proc, self.loader_threshold) for c in COLUMNS)
+            old, old_styles = self._texts.get(key), self._cell_styles.get(key)
+            if old is None or old_styles is None:
+                cells = (self._cell(c, t, st) for c, t, st in zip(COLUMNS, texts, styles, strict=True))
+                self.add_row(*cells, key=key)
+            elif old != texts or old_styles != styles:
+                for col, text, style, was, was_style in zip(COLUMNS, texts, styles, old, old_styles, strict=True):
+                    if text != was or style != was_style:
                         # the command column is sized to its cells; the others have fixed widths
-                        self.update_cell(key, col.key, self._cell(col, text), update_width=col.width is None)
+                        cell = self._cell(col, text, style)
+                        self.update_cell(key, col.key, cell, update_width=col.width is None)
             self.processes[key], self._texts[key], self._labels[key] = proc, texts, label
+            self._cell_styles[key] = styles
         self._resort(cursor)
 
     def _row_texts(self, proc: ProcessSnapshot, label: str, taken_at: float) -> tuple[str, ...]:
@@ -141,9 +170,12 @@ class ProcessTable(TextRowsTable):
     def row_text(self, key: str) -> tuple[str, ...] | None:
         return self._texts.get(key)
 
+    def row_style(self, key: str) -> tuple[str, ...] | None:
+        return self._cell_styles.get(key)
+
     @staticmethod
-    def _cell(col: Column, text: str) -> Text:
-        return Text(text, justify=_JUSTIFY[col.key], no_wrap=True, overflow="ellipsis")
+    def _cell(col: Column, text: str, style: str = "") -> Text:
+        return Text(text, style=style, justify=_JUSTIFY[col.key], no_wrap=True, overflow="ellipsis")
 
     def _cursor_key(self) -> str | None:
         if not self.row_count:

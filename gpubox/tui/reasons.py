@@ -13,6 +13,8 @@ _SHORT = {
     Reason.WARMING_UP.value: "warming up",
     Reason.NO_PROCESS.value: "process hidden",
     Reason.NOT_MEASURED.value: "not measured",
+    Reason.PROBE_UNREADABLE.value: "probe file unreadable",
+    Reason.NO_BATCHES_YET.value: "no batch yet",
     Reason.ERROR.value: "error",
 }
 

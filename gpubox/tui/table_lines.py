@@ -39,7 +39,9 @@ class _Frame:
 
 class TextRowsTable(DataTable[Text]):
     """A DataTable that draws body rows from `row_text(key)`: the cells' text, or None to let
-    DataTable draw the row. `right_aligned` names the columns (by index) that are justified right."""
+    DataTable draw the row, and `row_style(key)`: each cell's own style ("" for none), as
+    the cell's Text carries it. `right_aligned` names the columns (by index) that are justified
+    right."""
 
     right_aligned: frozenset[int] = frozenset()
 
@@ -50,6 +52,9 @@ class TextRowsTable(DataTable[Text]):
         self._styles: dict[tuple[int, bool], list[Style]] = {}  # (row index, cursor) -> cell styles
 
     def row_text(self, key: str) -> tuple[str, ...] | None:
+        return None
+
+    def row_style(self, key: str) -> tuple[str, ...] | None:
         return None
 
     def forget_row(self, key: str) -> None:
@@ -102,16 +107,24 @@ class TextRowsTable(DataTable[Text]):
         texts = None if key is None else self.row_text(key)
         if key is None or texts is None or len(texts) != len(frame.widths):
             return None
+        cell_styles = self.row_style(key)
         cursor = frame.show_cursor and self.cursor_row == index
-        state = (texts, index, cursor, frame)
+        state = (texts, cell_styles, index, cursor, frame)
         cached = self._row_lines.get(key)
         if cached is not None and cached[0] == state:
             return cached[1]
-        strip = self._draw(frame, index, texts, cursor)
+        strip = self._draw(frame, index, texts, cursor, cell_styles)
         self._row_lines[key] = (state, strip)
         return strip
 
-    def _draw(self, frame: _Frame, index: int, texts: tuple[str, ...], cursor: bool) -> Strip:
+    def _draw(
+        self,
+        frame: _Frame,
+        index: int,
+        texts: tuple[str, ...],
+        cursor: bool,
+        cell_styles: tuple[str, ...] | None = None,
+    ) -> Strip:
         styles = self._styles.get((index, cursor))
         if styles is None:
             styles = self._styles[index, cursor] = self._row_styles(frame, index, cursor)
@@ -123,11 +136,25 @@ class TextRowsTable(DataTable[Text]):
                 text = set_cell_size(text, room - 1) + "…" if room > 0 else ""
             body = " " * (room - cell_len(text))
             body = body + text if column in self.right_aligned else text + body
-            segments.append(Segment(pad + body + pad, style))
+            own = cell_styles[column] if cell_styles and column < len(cell_styles) else ""
+            if own:
+                # DataTable puts a cell's style under the cursor's colours but over the row's,
+                # and not on the padding
+                inner = self._cell_style(frame, index, column, cursor, own)
+                segments += [Segment(pad, style), Segment(body, inner), Segment(pad, style)]
+            else:
+                segments.append(Segment(pad + body + pad, style))
         remaining = max(0, frame.width - sum(frame.widths))
         segments.append(Segment(" " * remaining, styles[-1]))
         line = Strip(segments).crop(frame.scroll_x, frame.scroll_x + frame.width)
         return line.adjust_cell_length(frame.width, frame.base).simplify()
+
+    @staticmethod
+    def _cell_style(frame: _Frame, index: int, column: int, cursor: bool, own: str) -> Style:
+        row = (frame.odd if index % 2 else frame.even) if frame.zebra else frame.base
+        top = frame.cursor if cursor else Style()
+        post = frame.cursor_post if cursor else Style.null()
+        return row + Style.from_meta({"row": index, "column": column}) + top + Style.parse(own) + post
 
     @staticmethod
     def _row_styles(frame: _Frame, index: int, cursor: bool) -> list[Style]:

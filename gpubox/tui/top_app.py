@@ -25,7 +25,7 @@ from gpubox.tui.gpu_panel import GpuGrid, GpuPanel
 from gpubox.tui.history import BoxHistory
 from gpubox.tui.poller import STALE_AFTER, Poller, SampleLanded, SignalSent, faster, slower
 from gpubox.tui.process_filter import ProcessFilter
-from gpubox.tui.process_table import ProcessTable
+from gpubox.tui.process_table import DEFAULT_LOADER_THRESHOLD, ProcessTable
 from gpubox.tui.status_bar import Line, host_text, pace_text, status_text
 
 PACE_TICK = 0.5  # seconds between checks of the sampler's pace: cheap, and enough for "stale for N s"
@@ -60,6 +60,7 @@ class TopApp(App[int]):
         gpu_filter: str | None = None,
         color: bool = True,
         stale_after: float = STALE_AFTER,
+        loader_threshold: float = DEFAULT_LOADER_THRESHOLD,
     ) -> None:
         # Textual reads NO_COLOR once, here; the config has already weighed it against GPUBOX_COLOR.
         if color:
@@ -76,10 +77,11 @@ class TopApp(App[int]):
         self.sample_error: str | None = None
         self.usage_error: str | None = None
         self._selection: frozenset[int] | None = None
+        self._noticed: set[str] = set()  # notices already shown: each is said once
 
         # The main screen's widgets, kept: a sample may land while a dialog or detail is on top.
         self.grid = GpuGrid(id="gpus")
-        self.table = ProcessTable(id="procs")
+        self.table = ProcessTable(id="procs", loader_threshold=loader_threshold)
         self._host = Line(id="host")
         self._pace = Line(id="pace", fits_text=True)
         self._status = Line(id="status")
@@ -140,6 +142,10 @@ class TopApp(App[int]):
             self._show_status()
             if isinstance(self.screen, DetailScreen):
                 self.screen.follow(snap, self.history)
+        for notice in snap.notices:
+            if notice not in self._noticed:
+                self._noticed.add(notice)
+                self.notify(notice, title="loader wait", severity="warning", timeout=15)
         self.refreshes += 1
 
     def _show_pace(self) -> None:
@@ -281,10 +287,16 @@ def _signal_name(sig: int) -> str:
         return f"signal {sig}"
 
 
-def run_live(backend: TelemetryBackend, interval: float, gpu_filter: str | None = None, color: bool = True) -> int:
+def run_live(
+    backend: TelemetryBackend,
+    interval: float,
+    gpu_filter: str | None = None,
+    color: bool = True,
+    loader_threshold: float = DEFAULT_LOADER_THRESHOLD,
+) -> int:
     """Run the live view until q; the exit code, with a bad --gpu reported as a usage error.
     The backend is closed here, once no sample is running."""
-    app = TopApp(backend, interval=interval, gpu_filter=gpu_filter, color=color)
+    app = TopApp(backend, interval=interval, gpu_filter=gpu_filter, color=color, loader_threshold=loader_threshold)
     try:
         app.run()
     finally:

@@ -96,9 +96,23 @@ async def test_enter_opens_the_detail_of_a_process_and_escape_closes_it() -> Non
         body = str(screen.query_one("#detail-body").render())
         assert "SM %" in body and "GPU memory" in body and "loader wait" in body
         assert target.command is not None and target.command in body
-        assert "not measured" in body  # loader wait is unknown here, and says so
+        assert target.loader_wait_source == "probe"  # the demo's starving trainer
+        assert "loader wait (probe)" in body and "batches/s (probe)" in body
         await pilot.press("escape")
         assert not isinstance(app.screen, ProcessDetail)
+
+
+async def test_the_detail_of_an_unmeasured_process_says_so() -> None:
+    app = TopApp(sim(2, 6), interval=0.05)
+    async with app.run_test(size=(120, 50)) as pilot:
+        await settle(pilot, app, 3)
+        await pilot.press("down")
+        target = app.table.process_at_cursor()
+        assert target is not None and target.loader_wait_source is None
+        await pilot.press("enter")
+        body = str(app.screen.query_one("#detail-body").render())
+        assert "loader wait  – not measured" in body  # unknown, and says so
+        assert "batches/s" not in body
 
 
 async def test_the_detail_of_a_gpu_follows_the_samples() -> None:

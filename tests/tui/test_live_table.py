@@ -27,7 +27,13 @@ async def test_one_row_per_process_with_its_figures() -> None:
             assert str(table.get_cell(key, "sm")) == fmt.pct(proc.sm_util)
             assert str(table.get_cell(key, "mem")) == fmt.size(proc.gpu_mem_bytes)
             assert str(table.get_cell(key, "user")) == proc.user
-            assert str(table.get_cell(key, "loader")) == "–"  # not measured is not 0
+            loader = str(table.get_cell(key, "loader"))
+            if proc.loader_wait is None:
+                assert loader == "–"  # not measured is not 0
+            else:
+                assert loader == ("~" if proc.loader_wait_source == "sampled" else "") + fmt.fraction_pct(
+                    proc.loader_wait
+                )
             assert str(table.get_cell(key, "uptime")) == fmt.uptime(proc.start_time, ref.taken_at)
 
 

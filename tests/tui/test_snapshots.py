@@ -61,3 +61,13 @@ def test_kill_dialog(snap_compare: Callable[..., bool]) -> None:
         await pilot.press("k")
 
     assert snap_compare(app(), terminal_size=SIZE, run_before=run_before)
+
+
+def test_loader_wait_coloured_above_the_threshold(snap_compare: Callable[..., bool]) -> None:
+    """The starving trainer's loader wait in red, once the cursor has left its row."""
+
+    async def run_before(pilot: Pilot[int]) -> None:
+        await stepped(pilot)
+        await pilot.press("down")
+
+    assert snap_compare(app(), terminal_size=SIZE, run_before=run_before)

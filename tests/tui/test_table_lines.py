@@ -16,9 +16,13 @@ class Table(TextRowsTable):
     def __init__(self) -> None:
         super().__init__()
         self.texts: dict[str, tuple[str, ...]] = {}
+        self.cell_styles: dict[str, tuple[str, ...]] = {}
 
     def row_text(self, key: str) -> tuple[str, ...] | None:
         return self.texts.get(key)
+
+    def row_style(self, key: str) -> tuple[str, ...] | None:
+        return self.cell_styles.get(key)
 
 
 class TableApp(App[None]):
@@ -33,15 +37,24 @@ def rows(n: int) -> list[tuple[str, ...]]:
     ]
 
 
-async def fill(pilot: Pilot[None]) -> Table:
+CELL_STYLES = ("", "yellow", "bold red")  # as the loader wait column colours its cells
+
+
+async def fill(pilot: Pilot[None], styled: bool = False) -> Table:
     table = pilot.app.query_one(Table)
     table.add_column("PID", width=6, key="pid")
     table.add_column("SM %", width=6, key="sm")
     table.add_column("Command", key="cmd")
     for n, texts in enumerate(rows(20)):
         table.texts[str(n)] = texts
+        styles = ("", CELL_STYLES[n % 3], "") if styled else ("", "", "")
+        if styled:
+            table.cell_styles[str(n)] = styles
         justify = ("left", "right", "left")
-        cells = [Text(t, no_wrap=True, overflow="ellipsis", justify=j) for t, j in zip(texts, justify, strict=True)]
+        cells = [
+            Text(t, style=st, no_wrap=True, overflow="ellipsis", justify=j)
+            for t, st, j in zip(texts, styles, justify, strict=True)
+        ]
         table.add_row(*cells, key=str(n))
     await pilot.pause()
     return table
@@ -91,3 +104,20 @@ async def test_rows_it_cannot_draw_are_left_to_datatable() -> None:
         table.cursor_type = "row"
         await pilot.pause()
         assert await same_as_datatable(pilot, table) == 9  # not the hovered row, nor the one without text
+
+
+async def test_rows_with_coloured_cells_are_datatables_rows() -> None:
+    app = TableApp()
+    async with app.run_test(size=(60, 12)) as pilot:
+        table = await fill(pilot, styled=True)
+        table.focus()
+        assert await same_as_datatable(pilot, table) == 10
+        for _ in range(3):  # the cursor on a yellow, then a red cell
+            await pilot.press("down")
+            assert await same_as_datatable(pilot, table) == 10
+        app.set_focus(None)
+        assert await same_as_datatable(pilot, table) == 10
+        table.focus()
+        table.scroll_to(x=3, y=2, animate=False)
+        await pilot.pause()
+        assert await same_as_datatable(pilot, table) == 11
