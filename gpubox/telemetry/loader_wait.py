@@ -135,6 +135,17 @@ class ProcView:
         return ProbeLocation(tuple(unique), ns_pid)
 
 
+class _Located:
+    """A process's probe location, cached with what each refresh checks as plain strings."""
+
+    __slots__ = ("files", "location", "start_ticks")
+
+    def __init__(self, start_ticks: int, location: ProbeLocation) -> None:
+        self.start_ticks = start_ticks
+        self.location = location
+        self.files = tuple((str(p.parent), p.name, p) for p in location.candidates)
+
+
 class LoaderWaitReader:
     """Reads the loader wait of the GPU processes of each refresh. Close it to stop sampling."""
 
@@ -151,7 +162,7 @@ class LoaderWaitReader:
         self.window_s = window_s
         self._clock_ns = clock_ns
         self._proc = proc or ProcView()
-        self._located: dict[int, tuple[int, ProbeLocation]] = {}  # pid -> (start ticks, location)
+        self._located: dict[int, _Located] = {}
         self._sampling = sampling
         self._sampler_factory = sampler_factory
         self._sampler: StackSamplerLike | None = None
@@ -165,8 +176,9 @@ class LoaderWaitReader:
         errors: list[str] = []
         unprobed: dict[int, str] = {}  # pid -> the reason if nothing else measures it
         now = self._clock_ns()
+        listed: dict[str, frozenset[str] | None] = {}  # probe directory -> its files, this refresh
         for pid, ticks in start_ticks.items():
-            found = self._from_probe(pid, ticks, now, errors)
+            found = self._from_probe(pid, ticks, now, errors, listed)
             if isinstance(found, LoaderWait):
                 by_pid[pid] = found
             else:
@@ -184,15 +196,28 @@ class LoaderWaitReader:
                 by_pid[pid] = LoaderWait(reason=reason)
         return LoaderWaitReading(by_pid, tuple(errors), notices)
 
-    def _from_probe(self, pid: int, ticks: int, now_ns: int, errors: list[str]) -> LoaderWait | str:
+    def _from_probe(
+        self,
+        pid: int,
+        ticks: int,
+        now_ns: int,
+        errors: list[str],
+        listed: dict[str, frozenset[str] | None],
+    ) -> LoaderWait | str:
         """The probe's figures, a LoaderWait saying why they are missing, or (a str) the
         reason to give if no other tier measures this process."""
-        cached = self._located.get(pid)
-        if cached is None or cached[0] != ticks:
-            cached = self._located[pid] = (ticks, self._proc.locate(pid, ticks))
-        location = cached[1]
+        located = self._located.get(pid)
+        if located is None or located.start_ticks != ticks:
+            located = self._located[pid] = _Located(ticks, self._proc.locate(pid, ticks))
         why = Reason.NOT_MEASURED.value
-        for path in location.candidates:
+        for directory, name, path in located.files:
+            # Most GPU processes run no probe and share a runtime directory: one listing of it
+            # per refresh costs less than a failed open per process.
+            if directory not in listed:
+                listed[directory] = _listing(directory)
+            names = listed[directory]
+            if names is not None and name not in names:
+                continue
             try:
                 record = layout.read_consistent(path)
             except FileNotFoundError:
@@ -203,7 +228,7 @@ class LoaderWaitReader:
             except (OSError, layout.ProbeFileError) as exc:
                 errors.append(f"pid {pid}: probe file {path} skipped: {exc}")
                 return LoaderWait(reason=Reason.PROBE_UNREADABLE.value)
-            if record.pid != location.ns_pid or record.start_ticks != ticks:
+            if record.pid != located.location.ns_pid or record.start_ticks != ticks:
                 continue  # left by an earlier process with this name: not this one's figures
             figures = record.window(now_ns, self.window_s)
             if figures is None:
@@ -230,6 +255,16 @@ def _from_sample(result: SampledWaitLike | None) -> LoaderWait:
     if result.fraction is None:
         return LoaderWait(reason=result.reason or Reason.NOT_MEASURED.value)
     return LoaderWait(loader_wait=result.fraction, source="sampled", samples=result.samples)
+
+
+def _listing(directory: str) -> frozenset[str] | None:
+    """The names in a probe directory; empty when there is none, None when we may not look."""
+    try:
+        return frozenset(os.listdir(directory))
+    except PermissionError:
+        return None  # the open that follows says whether the file itself is readable
+    except OSError:
+        return frozenset()
 
 
 def _readlink(path: Path) -> str | None:
