@@ -22,7 +22,7 @@ _gpubox() {
         case "$path" in
             "gpubox")
                 case "$word" in
-                top | queue) path+=" $word" ;;
+                top | run | queue) path+=" $word" ;;
                 esac ;;
             "gpubox top")
                 case "$word" in
@@ -32,7 +32,7 @@ _gpubox() {
     done
     case "$path" in
         "gpubox")
-            words='-V --version -h --help top queue'
+            words='-V --version -h --help top run queue'
             ;;
         "gpubox top")
             case "$prev" in
@@ -40,6 +40,10 @@ _gpubox() {
                 -g | --gpu) COMPREPLY=(); return ;;
             esac
             words='--once --json -i --interval -g --gpu --demo --no-color -h --help'
+            ;;
+        "gpubox run")
+            words='-h --help'
+            arg_kind=files
             ;;
         "gpubox queue")
             words='-h --help'

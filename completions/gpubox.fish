@@ -19,7 +19,7 @@ function __gpubox_path --description 'The gpubox command path on the command lin
         switch $path
             case 'gpubox'
                 switch $word
-                    case top queue
+                    case top run queue
                         set path "$path $word"
                 end
             case 'gpubox top'
@@ -38,6 +38,7 @@ end
 
 complete -c gpubox -f
 complete -c gpubox -n "__gpubox_at 'gpubox'" -a top -d 'Every GPU and GPU process, live: SM activity, PCIe traffic, memory, dataloader wait'
+complete -c gpubox -n "__gpubox_at 'gpubox'" -a run -d 'Run a command with the dataloader probe attached, so `gpubox top` shows its loader_wait'
 complete -c gpubox -n "__gpubox_at 'gpubox'" -a queue -d 'A local queue that runs training, quantization and inference jobs on the GPUs'
 complete -c gpubox -n "__gpubox_at 'gpubox'" -s V -l version -d 'Print the version and exit.'
 complete -c gpubox -n "__gpubox_at 'gpubox'" -s h -l help -d 'Show this message and exit.'
@@ -48,4 +49,6 @@ complete -c gpubox -n "__gpubox_at 'gpubox top'" -s g -l gpu -x -d 'Only these G
 complete -c gpubox -n "__gpubox_at 'gpubox top'" -l demo -d 'Show a simulated box (no GPU needed).'
 complete -c gpubox -n "__gpubox_at 'gpubox top'" -l no-color -d 'No colour, even on a terminal.'
 complete -c gpubox -n "__gpubox_at 'gpubox top'" -s h -l help -d 'Show this message and exit.'
+complete -c gpubox -n "__gpubox_at 'gpubox run'" -s h -l help -d 'Show this message and exit.'
+complete -c gpubox -n "__gpubox_at 'gpubox run'" -F
 complete -c gpubox -n "__gpubox_at 'gpubox queue'" -s h -l help -d 'Show this message and exit.'

@@ -69,6 +69,8 @@ class Node:
     options: tuple[Param, ...]
     arguments: tuple[Param, ...]
     children: tuple[Node, ...]
+    # Options end at the first argument (`gpubox run python -u x.py`): the synopsis shows [--].
+    ends_options: bool = False
 
     @property
     def name(self) -> str:
@@ -147,6 +149,7 @@ def build_tree(command: Any, path: tuple[str, ...], parent: Any = None) -> Node:
         options=tuple(_param(p, rich_markup) for p in params if p.param_type_name == "option"),
         arguments=tuple(_param(p, rich_markup) for p in params if p.param_type_name == "argument"),
         children=tuple(children),
+        ends_options=not children and bool(params) and not ctx.allow_interspersed_args,
     )
 
 
@@ -419,6 +422,8 @@ def _usage(node: Node) -> list[tuple[str, str]]:
         pieces += [("R", "["), ("I", "OPTIONS"), ("R", "]")]
     if node.children:
         pieces += [("I", "COMMAND"), ("R", "["), ("I", "ARGS"), ("R", "]...")]
+    if node.ends_options and node.arguments:
+        pieces.append(("R", "[--]"))
     for a in node.arguments:
         name, dots = a.metavar or a.names[0], "..." if a.many else ""
         pieces += [("I", name), ("R", dots)] if a.required else [("R", "["), ("I", name), ("R", "]" + dots)]

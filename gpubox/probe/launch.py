@@ -1,0 +1,51 @@
+"""`gpubox run`: start a command with the dataloader probe attached to every Python it runs.
+
+The command replaces gpubox (exec), so its exit code and signals are its own. The probe comes
+in through site/sitecustomize.py, put first on PYTHONPATH; the sitecustomize the user already
+had still runs after it.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import NoReturn
+
+SITE_DIR = Path(__file__).resolve().parent / "site"
+NOT_FOUND = 127  # as a shell says "command not found"
+NOT_EXECUTABLE = 126  # found, but it cannot be run
+
+
+class LaunchError(Exception):
+    """The command could not be started: one line for stderr, and the exit code a shell gives."""
+
+    def __init__(self, message: str, code: int) -> None:
+        super().__init__(message)
+        self.message = message
+        self.code = code
+
+
+def probe_environment(env: Mapping[str, str]) -> dict[str, str]:
+    """`env` with the probe's sitecustomize first on PYTHONPATH (once, however often nested)."""
+    site = str(SITE_DIR)
+    entries = env.get("PYTHONPATH", "")
+    if entries == site or entries.startswith(site + os.pathsep):
+        return dict(env)
+    # An empty PYTHONPATH stays empty: a trailing separator would put the working directory on it.
+    return {**env, "PYTHONPATH": site + (os.pathsep + entries if entries else "")}
+
+
+def exec_with_probe(argv: list[str], env: Mapping[str, str] | None = None) -> NoReturn:
+    """Replace this process with `argv`, found on PATH, the probe attached."""
+    if not argv:
+        raise LaunchError("no command to run", 2)
+    child_env = probe_environment(os.environ if env is None else env)
+    try:
+        os.execvpe(argv[0], argv, child_env)
+    except FileNotFoundError:
+        raise LaunchError(f"{argv[0]}: command not found", NOT_FOUND) from None
+    except PermissionError:
+        raise LaunchError(f"{argv[0]}: permission denied", NOT_EXECUTABLE) from None
+    except OSError as exc:
+        raise LaunchError(f"{argv[0]}: {exc.strerror or exc}", NOT_EXECUTABLE) from None
