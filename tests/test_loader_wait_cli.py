@@ -4,6 +4,7 @@ can see, found through /proc/<pid>/root."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shutil
@@ -13,16 +14,20 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from gpubox.probe import layout
 from gpubox.telemetry.host_procs import read_proc_stat
 from gpubox.telemetry.loader_wait import LoaderWaitReader
+from gpubox.telemetry.model import BoxSnapshot
+from gpubox.telemetry.nvml_backend import NvmlBackend
+from gpubox.telemetry.simulated import SimulatedBackend
 from tests.fake_nvml import scenarios
 from tests.fake_nvml.build import fake_nvml_env
 from tests.helpers import REPO, run_gpubox
-from tests.test_loader_wait import S, probe_bytes, write_probe
+from tests.test_loader_wait import FakeSampler, S, Sampled, probe_bytes, write_probe
 
 SLEEPER = "import time; time.sleep(120)"
 
@@ -177,3 +182,40 @@ def test_probe_bytes_is_a_file_the_layout_reads() -> None:
         9,
         ((10, 3, 4),),
     )
+
+
+def test_the_samplers_hint_reaches_the_snapshot(nvml: Any) -> None:
+    """A GPU process without a probe goes to the stack sampler; its figure and its advice on
+    ptrace come out in the NVML backend's snapshot."""
+    child = subprocess.Popen([sys.executable, "-c", SLEEPER])
+    try:
+        box = scenarios.with_pids(scenarios.hopper(gpus=1, processes=1), [child.pid])
+        sampler = FakeSampler({child.pid: Sampled(0.3, 12, None)}, hint="stack sampling needs ptrace")
+        reader = LoaderWaitReader(sampler_factory=lambda window: sampler)
+        backend = NvmlBackend(nvml(box), clock=lambda: 1000.0, loader_wait=reader)
+        snap = backend.sample()
+        (proc,) = snap.processes
+        assert (proc.loader_wait, proc.loader_wait_source, proc.loader_wait_samples) == (0.3, "sampled", 12)
+        assert proc.batches_per_s is None and "loader_wait" not in proc.reasons
+        assert snap.notices == ("stack sampling needs ptrace",)
+        assert sampler.asked == [[child.pid]]
+        backend.close()
+        assert sampler.closed
+    finally:
+        child.kill()
+        child.wait()
+
+
+def test_once_prints_a_notice_on_stderr(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    from gpubox.cli.main import main
+
+    real_sample = SimulatedBackend.sample
+
+    def with_notice(self: SimulatedBackend) -> BoxSnapshot:
+        return dataclasses.replace(real_sample(self), notices=("stack sampling needs ptrace",))
+
+    monkeypatch.setattr(SimulatedBackend, "sample", with_notice)
+    assert main(["top", "--once", "--json", "--demo", "--interval", "0.05"]) == 0
+    out, err = capsys.readouterr()
+    assert err == "gpubox: stack sampling needs ptrace\n"
+    assert json.loads(out)["data"]["notices"] == ["stack sampling needs ptrace"]

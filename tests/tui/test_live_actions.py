@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import dataclasses
 import signal
 
 import pytest
 
+from gpubox.telemetry.model import BoxSnapshot
 from gpubox.telemetry.simulated import SimulatedBackend
 from gpubox.tui.detail import GpuDetail, ProcessDetail
 from gpubox.tui.dialogs import HelpScreen, KillDialog
@@ -216,3 +218,36 @@ async def test_color_setting_reaches_textual(color: bool, monkeypatch: pytest.Mo
     app = TopApp(sim(), interval=0.05, color=color)
     async with app.run_test(size=SIZE):
         assert app.no_color is (not color)
+
+
+class NoticeBackend(SimulatedBackend):
+    """Every snapshot carries the stack sampler's advice, as the NVML backend passes it on."""
+
+    def sample(self) -> BoxSnapshot:
+        return dataclasses.replace(super().sample(), notices=("stack sampling needs ptrace: run gpubox as root",))
+
+
+async def test_a_notice_is_shown_once() -> None:
+    app = TopApp(NoticeBackend(gpus=2, processes=6, clock=lambda: NOW), interval=0.05)
+    notes: list[str] = []
+    real_notify = app.notify
+    app.notify = lambda message, **kw: (notes.append(str(message)), real_notify(message, **kw))[1]  # type: ignore[method-assign]
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_until(pilot, lambda: app.refreshes >= 4, "four refreshes")
+        assert notes == ["stack sampling needs ptrace: run gpubox as root"]
+
+
+@pytest.mark.parametrize(("threshold", "style"), [(0.2, "bold red"), (0.5, "yellow"), (0.9, "")])
+async def test_loader_wait_is_coloured_above_the_threshold(threshold: float, style: str) -> None:
+    app = TopApp(sim(2, 6), interval=0.05, loader_threshold=threshold)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot, app, 2)
+        column = [c.key for c in app.table.ordered_columns].index("loader")
+        styles = {k: app.table.row_style(k) for k in app.table.processes}
+        starving = next(k for k, p in app.table.processes.items() if p.loader_wait and p.loader_wait > 0.5)
+        assert styles[starving] is not None and styles[starving][column] == style
+        for key, proc in app.table.processes.items():
+            if proc.loader_wait is None or proc.loader_wait < 0.2:
+                assert styles[key] is not None and styles[key][column] == ""
+        cell = app.table.get_cell(starving, "loader")
+        assert str(cell.style) == style
