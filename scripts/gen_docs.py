@@ -37,6 +37,10 @@ EXIT_HELP = {
 }
 SETTING_HELP = {
     "top.interval": "Seconds between refreshes of the live view of \\fBgpubox top\\fR.",
+    "top.loader_window": "Seconds of loader wait averaged, in whole seconds from 1 to 15.",
+    "top.loader_wait_threshold": "Loader wait above this share (0 to 1) is coloured in the process table.",
+    "top.loader_sampling": "Estimate loader wait from py-spy stack samples for GPU processes without the "
+    "probe: \\fBtrue\\fR or \\fBfalse\\fR.",
     "color": "Colour on a terminal: \\fBtrue\\fR or \\fBfalse\\fR.",
 }
 
