@@ -59,10 +59,10 @@ def begin() -> int:
     the wait began, or 0 when there is nothing to record."""
     global _inflight, _since
     if _words is None:
+        if _off:
+            return 0
         with _create_lock:
-            if _off:
-                return 0
-            if _words is None:
+            if _words is None and not _off:
                 _create()
     lock = _lock
     if lock is not None:
@@ -179,9 +179,15 @@ def close() -> None:
     """Unmap the file and remove it, if this process created it; no file after this."""
     global _path, _off
     _off = True
-    path, owner = _path, _owner
-    _path = None
-    _drop_mapping()
+    lock = _lock
+    locked = lock is not None and lock.acquire(timeout=1.0)  # let an update in progress finish
+    try:
+        path, owner = _path, _owner
+        _path = None
+        _drop_mapping()
+    finally:
+        if lock is not None and locked:
+            lock.release()
     if path is not None and owner == os.getpid():
         with suppress(OSError):
             os.unlink(path)

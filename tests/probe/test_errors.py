@@ -55,6 +55,9 @@ import gpubox.probe; gpubox.probe.install()
 from torch.utils.data import DataLoader
 
 sys.setswitchinterval(1e-5)  # threads take turns as often as they can
+if sys.argv[2] == "lock":  # as on a Python without the GIL
+    from gpubox.probe import recorder
+    recorder._lock = threading.Lock()
 stop = time.monotonic() + float(sys.argv[1])
 
 def train(loader):
@@ -70,8 +73,9 @@ pause("DONE")
 """
 
 
-def test_a_reader_never_sees_a_torn_record(tmp_path: Path, runtime: Path) -> None:
-    job = Running(python_cmd(write_program(tmp_path, WRITER), "3"))
+@pytest.mark.parametrize("guard", ["gil", "lock"])
+def test_a_reader_never_sees_a_torn_record(tmp_path: Path, runtime: Path, guard: str) -> None:
+    job = Running(python_cmd(write_program(tmp_path, WRITER), "3", guard))
     reads: list[layout.ProbeRecord] = []
     problems: list[str] = []
     retried = 0
