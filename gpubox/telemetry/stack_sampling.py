@@ -16,15 +16,17 @@ How: per watched pid, one `py-spy record --nonblocking --idle --threads --format
 samples `hz` times a second (py-spy takes whole rates, at least 1) for a chunk of a few seconds,
 then the next chunk starts; the figure is the sum of the chunks that ended in the last
 `window_s` seconds. The target is never paused, native frames stay off, and py-spy spaces its
-samples randomly, so they cannot lock onto a periodic training loop. One `py-spy dump` per sample
-would cost about 9 ms of CPU each and, on a busy box, lands more often in blocked phases (its
-read comes after its start-up, which runs slower while the target computes); a record child
-costs its start-up once per chunk and about 0.4 ms per sample after it. At most
-`MAX_CHILDREN` run at once; beyond that the pids take turns, the longest unsampled first.
+samples at random intervals, so they cannot lock onto a periodic training loop. A record child
+costs its start-up (about 9 ms of CPU) once per chunk and about 0.4 ms per sample after it. One
+`py-spy dump` per sample would pay the start-up for every sample, and its single read, which
+comes at the end of that start-up, read 4 to 13 points high against the loop's own measure on a
+busy 2-core box, where record chunks read within a few points. At most `MAX_CHILDREN` run at
+once; beyond that the pids take turns, the longest unsampled first.
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import re
@@ -211,10 +213,22 @@ class _Pid:
 @dataclass
 class _Child:
     proc: subprocess.Popen[bytes]
-    out: Path
-    err: Path
+    out: IO[bytes]  # unnamed files: nothing is left on disk, however the process ends
+    err: IO[bytes]
     start_ticks: int
     deadline: float
+
+    def read(self) -> tuple[str, str]:
+        texts = []
+        for fh in (self.out, self.err):
+            try:
+                fh.seek(0)
+                texts.append(fh.read().decode("utf-8", "replace"))
+            except OSError:
+                texts.append("")
+            finally:
+                fh.close()
+        return texts[0], texts[1]
 
 
 class StackSampler:
@@ -235,8 +249,6 @@ class StackSampler:
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self._dir: str | None = None
-        self._seq = 0
         self._broken = False  # the thread met an unexpected error and stopped
 
     def update(self, pids: Iterable[int]) -> None:
@@ -284,7 +296,6 @@ class StackSampler:
 
     def _run(self) -> None:
         try:
-            self._dir = tempfile.mkdtemp(prefix="gpubox-pyspy-")
             while not self._stop.is_set():
                 self._reap()
                 self._launch()
@@ -298,11 +309,10 @@ class StackSampler:
             for child in children:
                 child.proc.kill()
                 child.proc.wait()
-            if self._dir is not None:
-                shutil.rmtree(self._dir, ignore_errors=True)
+                child.read()
 
     def _launch(self) -> None:
-        assert self._binary is not None and self._dir is not None
+        assert self._binary is not None
         now = self._clock()
         with self._lock:
             due = [p for p, s in self._pids.items() if p not in self._children and s.retry_at <= now]
@@ -315,16 +325,10 @@ class StackSampler:
                 except (OSError, IndexError, ValueError):
                     del self._pids[pid]  # exited
                     continue
-                self._seq += 1
-                out = Path(self._dir, f"{pid}-{self._seq}.txt")
-                err = out.with_suffix(".err")
                 argv = [self._binary, "record", "--pid", str(pid), "--rate", str(self._rate)]
-                argv += ["--duration", str(self._chunk_s), "--nonblocking", "--idle", "--threads"]
-                argv += ["--format", "raw", "--output", str(out)]
-                env = dict(os.environ, RUST_BACKTRACE="0", RUST_LIB_BACKTRACE="0")
+                argv += ["--duration", str(self._chunk_s), "--nonblocking", "--idle", "--threads", "--format", "raw"]
                 try:
-                    with open(err, "wb") as err_fh:
-                        proc = _spawn(argv, err_fh, env)
+                    proc, out, err = _spawn(argv)
                 except OSError:
                     self._failed(self._pids[pid], Reason.ERROR, now)
                     continue
@@ -342,9 +346,7 @@ class StackSampler:
                 if now > child.deadline or not watched:
                     child.proc.kill()
                 continue
-            text, err = _read(child.out), _read(child.err)
-            for path in (child.out, child.err):
-                path.unlink(missing_ok=True)
+            text, err = child.read()
             alive = _alive(pid, child.start_ticks)
             with self._lock:
                 del self._children[pid]
@@ -388,19 +390,25 @@ class StackSampler:
             state.chunks.popleft()
 
 
-def _spawn(argv: list[str], err: IO[bytes], env: dict[str, str]) -> subprocess.Popen[bytes]:
-    return subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err, env=env)
-
-
-def _read(path: Path) -> str:
-    try:
-        return path.read_text("utf-8", "replace")
-    except OSError:
-        return ""
-
-
 def _alive(pid: int, start_ticks: int) -> bool:
     try:
         return read_proc_stat(pid)[1] == start_ticks
     except (OSError, IndexError, ValueError):
         return False
+
+
+def _spawn(argv: list[str]) -> tuple[subprocess.Popen[bytes], IO[bytes], IO[bytes]]:
+    """Start py-spy writing its output and its errors to unnamed files."""
+    with contextlib.ExitStack() as opened:
+        out = opened.enter_context(tempfile.TemporaryFile())
+        err = opened.enter_context(tempfile.TemporaryFile())
+        proc = subprocess.Popen(
+            [*argv, "--output", f"/dev/fd/{out.fileno()}"],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=err,
+            env=dict(os.environ, RUST_BACKTRACE="0", RUST_LIB_BACKTRACE="0"),
+            pass_fds=(out.fileno(),),
+        )
+        opened.pop_all()
+        return proc, out, err
