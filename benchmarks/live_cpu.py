@@ -33,7 +33,8 @@ def tree_cpu_seconds(pid: int) -> float:
         for proc in [root, *root.children(recursive=True)]:
             with proc.oneshot():
                 t = proc.cpu_times()
-                total += t.user + t.system
+                # children_*: children that already exited and were reaped (e.g. py-spy runs)
+                total += t.user + t.system + t.children_user + t.children_system
     except psutil.Error:
         pass
     return total

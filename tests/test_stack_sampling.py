@@ -306,14 +306,19 @@ def test_a_pid_no_longer_listed_stops_being_sampled(sleeper: subprocess.Popen[by
 
 
 @needs_pyspy
-def test_a_process_that_is_not_python_reads_not_supported() -> None:
+def test_a_process_that_is_not_python_reads_not_supported(monkeypatch: pytest.MonkeyPatch) -> None:
     proc = subprocess.Popen(["sleep", "60"])
     sampler = StackSampler(hz=10, window_s=2)
+    spawned: list[list[str]] = []
+    real_spawn = stack_sampling._spawn
+    monkeypatch.setattr(stack_sampling, "_spawn", lambda argv: spawned.append(argv) or real_spawn(argv))
     try:
         sampler.update([proc.pid])
         got = wait_for(lambda: sampler.result(proc.pid), lambda r: r is not None and r.reason != "warming_up", 10)
         assert got == SampledWait(None, 0, "not_supported"), got
         assert sampler.permission_hint is None
+        # Known from its executable: py-spy was never started for it.
+        assert spawned == []
     finally:
         sampler.close()
         proc.kill()
