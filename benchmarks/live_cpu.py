@@ -6,6 +6,7 @@ time of the tool's process tree is read from /proc over the measuring window. Ne
 `pip install nvitop` and a C compiler.
 
     python benchmarks/live_cpu.py --processes 40 300 --seconds 30
+    python benchmarks/live_cpu.py --processes 40 300 --seconds 30 --python   # with py-spy sampling
 """
 
 from __future__ import annotations
@@ -72,6 +73,11 @@ def main() -> int:
     ap.add_argument("--processes", type=int, nargs="+", default=[40, 300])
     ap.add_argument("--seconds", type=float, default=30.0)
     ap.add_argument("--warmup", type=float, default=5.0)
+    ap.add_argument(
+        "--python",
+        action="store_true",
+        help="the GPU processes are Python interpreters (so gpubox also samples their stacks with py-spy)",
+    )
     args = ap.parse_args()
     if not shutil.which("tmux"):
         raise SystemExit("tmux is needed: apt-get install tmux")
@@ -86,7 +92,9 @@ def main() -> int:
     }
     rows = []
     for n in args.processes:
-        sleepers = [subprocess.Popen(["sleep", str(int(args.seconds * 4 + 120))]) for _ in range(n)]
+        naptime = str(int(args.seconds * 4 + 120))
+        argv = [sys.executable, "-c", f"import time; time.sleep({naptime})"] if args.python else ["sleep", naptime]
+        sleepers = [subprocess.Popen(argv) for _ in range(n)]
         try:
             with tempfile.TemporaryDirectory() as tmp:
                 scenario = with_pids(hopper8(processes=n), [p.pid for p in sleepers]).write(Path(tmp) / "s.txt")
@@ -103,7 +111,8 @@ def main() -> int:
             for p in sleepers:
                 p.kill()
                 p.wait()
-    print(f"live view, 8 GPUs, {args.seconds:.0f} s after {args.warmup:.0f} s warm-up, tmux 200x60")
+    kind = "Python processes (stack sampling on)" if args.python else "non-Python processes"
+    print(f"live view, 8 GPUs, {kind}, {args.seconds:.0f} s after {args.warmup:.0f} s warm-up, tmux 200x60")
     print(f"{'processes':>9}  {'tool':<30}{'CPU % of one core':>18}")
     for n, label, cpu in rows:
         print(f"{n:>9}  {label:<30}{cpu:>18.2f}")
