@@ -25,19 +25,22 @@ def _parse_bool(raw: object) -> bool:
     raise ValueError(f"expected true or false, got {raw!r}")
 
 
-def _parse_interval(raw: object) -> float:
+def _number(raw: object, what: str) -> float:
+    """A number from TOML or the environment; TOML's true/false is not one."""
     if isinstance(raw, bool):
-        raise ValueError(f"expected seconds, got {raw!r}")
-    value = float(raw)  # type: ignore[arg-type]
+        raise ValueError(f"expected {what}, got {raw!r}")
+    return float(raw)  # type: ignore[arg-type]
+
+
+def _parse_interval(raw: object) -> float:
+    value = _number(raw, "seconds")
     if not 0.05 <= value <= 3600:
         raise ValueError(f"must be between 0.05 and 3600 seconds, got {raw!r}")
     return value
 
 
 def _parse_loader_window(raw: object) -> int:
-    if isinstance(raw, bool):
-        raise ValueError(f"expected whole seconds, got {raw!r}")
-    value = float(raw)  # type: ignore[arg-type]
+    value = _number(raw, "whole seconds")
     # The probe keeps per-second buckets for the last 16 seconds, so the window is whole seconds.
     if not value.is_integer() or not 1 <= value <= 15:
         raise ValueError(f"must be whole seconds from 1 to 15, got {raw!r}")
@@ -45,9 +48,7 @@ def _parse_loader_window(raw: object) -> int:
 
 
 def _parse_fraction(raw: object) -> float:
-    if isinstance(raw, bool):
-        raise ValueError(f"expected a fraction, got {raw!r}")
-    value = float(raw)  # type: ignore[arg-type]
+    value = _number(raw, "a fraction")
     if not 0 <= value <= 1:
         raise ValueError(f"must be a fraction from 0 to 1 (0.2 is 20%), got {raw!r}")
     return value
