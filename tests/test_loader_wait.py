@@ -193,18 +193,16 @@ def test_a_file_torn_on_every_read_is_skipped(proc: FakeProc, tmp_path: Path, mo
     """A writer so busy that the sequence moves during every copy: the reader gives up."""
     rt = tmp_path / "rt"
     proc.add(42, env={"GPUBOX_RUNTIME_DIR": str(rt)})
-    path = write_probe(layout.probe_file(rt, 42, 7), 42, 7, buckets=steady_buckets(NOW, 0.1, 5), first_ns=1)
-    real_open = open
+    write_probe(layout.probe_file(rt, 42, 7), 42, 7, buckets=steady_buckets(NOW, 0.1, 5), first_ns=1)
+    real_pread = os.pread
     seq = iter(range(2, 10_000, 2))
 
-    def moving_open(file: object, mode: str = "r", *args: object, **kwargs: object) -> object:
-        if file == path:  # every open finds the writer one update further on
-            data = bytearray(path.read_bytes())
-            struct.pack_into("<Q", data, 8 * layout.S_SEQ, next(seq))
-            path.write_bytes(bytes(data))
-        return real_open(file, mode, *args, **kwargs)  # type: ignore[call-overload]
+    def moving_pread(fd: int, n: int, offset: int) -> bytes:
+        if offset == 8 * layout.S_SEQ:  # every look at the sequence finds the writer further on
+            return struct.pack("<Q", next(seq))
+        return real_pread(fd, n, offset)
 
-    monkeypatch.setattr("builtins.open", moving_open)
+    monkeypatch.setattr(layout.os, "pread", moving_pread)
     reading = reader(proc, NOW).read({42: 7})
     assert reading.by_pid[42].reason == "probe_unreadable"
     assert "changed while read" in reading.errors[0]

@@ -7,8 +7,11 @@ had still runs after it.
 
 from __future__ import annotations
 
+import errno
 import os
+import shutil
 from collections.abc import Mapping
+from contextlib import suppress
 from pathlib import Path
 from typing import NoReturn
 
@@ -48,4 +51,8 @@ def exec_with_probe(argv: list[str], env: Mapping[str, str] | None = None) -> No
     except PermissionError:
         raise LaunchError(f"{argv[0]}: permission denied", NOT_EXECUTABLE) from None
     except OSError as exc:
+        if exc.errno == errno.ENOEXEC:  # an executable script without #!: a shell runs it with sh
+            path = shutil.which(argv[0], path=child_env.get("PATH")) or argv[0]
+            with suppress(OSError):
+                os.execve("/bin/sh", ["/bin/sh", path, *argv[1:]], child_env)
         raise LaunchError(f"{argv[0]}: {exc.strerror or exc}", NOT_EXECUTABLE) from None

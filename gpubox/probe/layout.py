@@ -13,6 +13,8 @@ All times are CLOCK_MONOTONIC nanoseconds (time.monotonic_ns()), comparable acro
 
 from __future__ import annotations
 
+import os
+import stat
 import struct
 from dataclasses import dataclass
 from pathlib import Path
@@ -121,21 +123,33 @@ def parse(data: bytes) -> ProbeRecord:
 
 def read_consistent(path: Path, tries: int = 5) -> ProbeRecord:
     """Read the file under its seqlock: retry a copy taken while the writer was updating.
-    Raises OSError (gone, no permission) or ProbeFileError (corrupt, truncated, always torn)."""
-    last: ProbeFileError | None = None
-    for _ in range(tries):
-        with open(path, "rb") as fh:
-            data = fh.read(FILE_SIZE)
-        try:
-            first = parse(data)
-        except ProbeFileError as exc:
-            last = exc
-            continue
-        seq = _WORDS.unpack_from(data)[S_SEQ]
-        with open(path, "rb") as fh:
-            fh.seek(8 * S_SEQ)
-            again = struct.unpack("<Q", fh.read(8))[0]
-        if again == seq:
-            return first
-        last = ProbeFileError("changed while read")
-    raise last or ProbeFileError("unreadable")
+    Raises OSError (gone, no permission) or ProbeFileError (corrupt, truncated, always torn,
+    or not a regular file: a FIFO or a link planted at this name must not hang or redirect a
+    reader that may run as root)."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise ProbeFileError("not a regular file")
+        last: ProbeFileError | None = None
+        for _ in range(tries):
+            # The sequence before the copy, the copy, the sequence after: equal and even, or the
+            # writer was at work (a copy may read its bytes in any order).
+            before = _seq(fd)
+            data = os.pread(fd, FILE_SIZE, 0)
+            try:
+                record = parse(data)
+            except ProbeFileError as exc:
+                last = exc
+                continue
+            if before % 2 == 0 and before == _WORDS.unpack_from(data)[S_SEQ] == _seq(fd):
+                return record
+            last = ProbeFileError("changed while read")
+        raise last or ProbeFileError("unreadable")
+    finally:
+        os.close(fd)
+
+
+def _seq(fd: int) -> int:
+    """The sequence word, or -1 when the file is too short to hold it (parse says why)."""
+    raw = os.pread(fd, 8, 8 * S_SEQ)
+    return int.from_bytes(raw, "little") if len(raw) == 8 else -1

@@ -110,11 +110,45 @@ def end(t0: int, returned: bool) -> None:
             w[b] = second
             w[b + 1] = 0
             w[b + 2] = 0
+        if wait and t1 - wait < second * BUCKET_NS:
+            # A wait that began in an earlier second (slow worker start, a new epoch): each
+            # second gets its own part, or one long wait would read as 100% for a window.
+            _spread(w, t1 - wait, second * BUCKET_NS)
+            wait = t1 - second * BUCKET_NS
         w[b + 1] += wait
         w[b + 2] += returned
         w[S_SEQ] = seq + 2
     if lock is not None:
         lock.release()
+
+
+def _spread(w: memoryview, start_ns: int, end_ns: int) -> None:
+    """Add the part of a wait from start_ns to end_ns (a second boundary) to the buckets of the
+    seconds it covers; only the last BUCKETS seconds are kept, so older parts are dropped."""
+    first = max(start_ns // BUCKET_NS, end_ns // BUCKET_NS - BUCKETS + 1)
+    for second in range(first, end_ns // BUCKET_NS):
+        b = S_BUCKETS + 3 * (second % BUCKETS)
+        if w[b] != second:
+            w[b], w[b + 1], w[b + 2] = second, 0, 0
+        w[b + 1] += min(end_ns, (second + 1) * BUCKET_NS) - max(start_ns, second * BUCKET_NS)
+
+
+def _sweep(directory: str) -> None:
+    """Remove probe files of processes that are gone (killed, or left through os._exit, so
+    their atexit never ran): a pid with other start ticks now is another process."""
+    with suppress(OSError), os.scandir(directory) as entries:
+        for entry in entries:
+            pid, _, rest = entry.name.partition("-")
+            ticks = rest.removesuffix(".probe")
+            if not (pid.isdigit() and ticks.isdigit() and rest.endswith(".probe")):
+                continue
+            try:
+                alive = start_ticks(int(pid)) == int(ticks)
+            except (OSError, ValueError, IndexError):
+                alive = False
+            if not alive:
+                with suppress(OSError):
+                    os.unlink(entry.path)
 
 
 def start_ticks(pid: int | str = "self") -> int:
@@ -134,6 +168,7 @@ def _create() -> None:
     ensure_private_dir(runtime)
     ensure_private_dir(probe_dir(runtime))
     ticks = start_ticks()
+    _sweep(str(probe_dir(runtime)))
     path = probe_file(runtime, pid, ticks)
     image = bytearray(FILE_SIZE)
     words = memoryview(image).cast("Q")
