@@ -30,7 +30,6 @@ from tests.fake_nvml.build import fake_nvml_env
 from tests.helpers import run_gpubox
 
 pytest.importorskip("torch")
-pytest.importorskip("gpubox.probe.hook")  # the probe's DataLoader hook
 
 WINDOW_S = 10  # the default top.loader_window
 TOLERANCE = 0.05
