@@ -1,0 +1,218 @@
+"""The placement policy, decided from plain values: no processes, no clock, no database."""
+
+from __future__ import annotations
+
+import copy
+
+from gpubox.queue.policy import (
+    GpuState,
+    JobRequest,
+    PolicyConfig,
+    RunningJob,
+    Start,
+    Wait,
+    place_jobs,
+)
+
+GIB = 1 << 30
+
+
+def gpu(index: int, total_gib: int = 80, used_gib: float = 0, paused: bool = False) -> GpuState:
+    return GpuState(f"GPU-{index}", index, total_gib * GIB, int(used_gib * GIB), paused)
+
+
+def job(
+    id: int,
+    kind: str = "train",
+    priority: int = 0,
+    at: float = 0.0,
+    gpus: int = 1,
+    ids: tuple[str, ...] | None = None,
+    mem_gib: int | None = None,
+    limit: float | None = None,
+    share: bool = False,
+) -> JobRequest:
+    mem = mem_gib * GIB if mem_gib is not None else None
+    return JobRequest(id, kind, priority, at, gpus, ids, mem, limit, share)
+
+
+def run(id: int, *uuids: str, kind: str = "train", ends_by: float | None = None, share: bool = False) -> RunningJob:
+    return RunningJob(id, kind, uuids, ends_by, share)
+
+
+def test_priority_then_kind_then_submission_then_id() -> None:
+    pending = [
+        job(1, "batch", priority=0, at=1),
+        job(2, "infer", priority=0, at=5),
+        job(3, "train", priority=5, at=9),
+        job(4, "infer", priority=0, at=2),
+        job(5, "infer", priority=0, at=2),
+    ]
+    starts, waits = place_jobs(pending, [], [gpu(i) for i in range(5)], now=0)
+    assert [s.job_id for s in starts] == [3, 4, 5, 2, 1]
+    assert [s.gpu_uuids for s in starts] == [("GPU-0",), ("GPU-1",), ("GPU-2",), ("GPU-3",), ("GPU-4",)]
+    assert waits == []
+
+
+def test_kind_order_is_configurable() -> None:
+    config = PolicyConfig(kind_order=("batch", "train", "infer", "quantize", "other"))
+    starts, waits = place_jobs([job(1, "infer"), job(2, "batch", at=1)], [], [gpu(0)], now=0, config=config)
+    assert starts == [Start(2, ("GPU-0",))]
+    assert waits == [Wait(1, "needs 1 GPU: GPU 0 held by job 2 (batch)")]
+
+
+def test_exclusive_gpu_held_by_running_job() -> None:
+    starts, waits = place_jobs([job(7)], [run(12, "GPU-0")], [gpu(0), gpu(1)], now=0)
+    assert starts == [Start(7, ("GPU-1",))]
+    starts, waits = place_jobs([job(7, gpus=2)], [run(12, "GPU-1")], [gpu(0), gpu(1)], now=0)
+    assert starts == []
+    assert waits == [Wait(7, "needs 2 GPUs: GPU 1 held by job 12 (train)")]
+
+
+def test_share_jobs_colocate_where_memory_fits() -> None:
+    running = [run(12, "GPU-0", kind="infer", share=True)]
+    gpus = [gpu(0, used_gib=30)]
+    starts, waits = place_jobs([job(1, "infer", mem_gib=20, share=True)], running, gpus, now=0)
+    assert starts == [Start(1, ("GPU-0",))]
+    starts, waits = place_jobs([job(1, "infer", mem_gib=60, share=True)], running, gpus, now=0)
+    assert waits == [Wait(1, "needs 1 GPU with 60.0 GiB free: GPU 0 has 50.0 GiB free")]
+
+
+def test_share_does_not_mix_with_exclusive_jobs() -> None:
+    starts, waits = place_jobs([job(1, share=True)], [run(12, "GPU-0")], [gpu(0)], now=0)
+    assert (starts, waits) == ([], [Wait(1, "needs 1 GPU: GPU 0 held by job 12 (train)")])
+    _, waits = place_jobs([job(1)], [run(12, "GPU-0", kind="infer", share=True)], [gpu(0)], now=0)
+    assert waits == [Wait(1, "needs 1 GPU: GPU 0 held by job 12 (infer)")]
+
+
+def test_share_jobs_started_together_reserve_memory() -> None:
+    pending = [job(1, mem_gib=50, share=True), job(2, at=1, mem_gib=50, share=True)]
+    starts, waits = place_jobs(pending, [], [gpu(0)], now=0)
+    assert starts == [Start(1, ("GPU-0",))]
+    assert waits == [Wait(2, "needs 1 GPU with 50.0 GiB free: GPU 0 has 30.0 GiB free")]
+
+
+def test_memory_filter_counts_usage_outside_the_queue() -> None:
+    gpus = [gpu(0, used_gib=68), gpu(1), gpu(2, used_gib=10), gpu(3, used_gib=68)]
+    starts, waits = place_jobs([job(1, gpus=2, mem_gib=60)], [], gpus, now=0)
+    assert starts == [Start(1, ("GPU-1", "GPU-2"))]
+    starts, waits = place_jobs([job(1, gpus=2, mem_gib=60)], [run(12, "GPU-1")], gpus, now=0)
+    assert waits == [
+        Wait(
+            1,
+            "needs 2 GPUs with 60.0 GiB free: GPU 0 has 12.0 GiB free, "
+            "GPU 1 held by job 12 (train), GPU 3 has 12.0 GiB free",
+        )
+    ]
+
+
+def test_no_gpu_big_enough_and_too_many_gpus() -> None:
+    starts, waits = place_jobs([job(1, mem_gib=100), job(2, gpus=3, at=1)], [], [gpu(0), gpu(1)], now=0)
+    assert starts == []
+    assert waits == [Wait(1, "no GPU on this box has 100.0 GiB"), Wait(2, "needs 3 GPUs; this box has 2 GPUs")]
+
+
+def test_impossible_job_does_not_hold_the_queue() -> None:
+    starts, waits = place_jobs([job(1, priority=9, mem_gib=100), job(2)], [], [gpu(0)], now=0)
+    assert starts == [Start(2, ("GPU-0",))]
+    assert waits == [Wait(1, "no GPU on this box has 100.0 GiB")]
+
+
+def test_paused_gpu_is_skipped() -> None:
+    starts, waits = place_jobs([job(1)], [], [gpu(0, paused=True), gpu(1)], now=0)
+    assert starts == [Start(1, ("GPU-1",))]
+    starts, waits = place_jobs([job(1)], [], [gpu(2, paused=True)], now=0)
+    assert waits == [Wait(1, "needs 1 GPU: GPU 2 is paused")]
+
+
+def test_explicit_gpus_override_the_count() -> None:
+    gpus = [gpu(0), gpu(1), gpu(2)]
+    starts, waits = place_jobs([job(1, gpus=1, ids=("GPU-2", "GPU-0"))], [], gpus, now=0)
+    assert starts == [Start(1, ("GPU-0", "GPU-2"))]
+    starts, waits = place_jobs([job(1, ids=("GPU-2",))], [run(4, "GPU-2", kind="batch")], gpus, now=0)
+    assert waits == [Wait(1, "needs GPU 2: GPU 2 held by job 4 (batch)")]
+
+
+def test_explicit_gpu_that_does_not_exist() -> None:
+    starts, waits = place_jobs([job(1, ids=("GPU-9",))], [], [gpu(0)], now=0)
+    assert (starts, waits) == ([], [Wait(1, "no GPU GPU-9 on this box")])
+
+
+def test_cpu_only_jobs_have_their_own_slots() -> None:
+    pending = [job(1, gpus=0), job(2, gpus=0, at=1), job(3, at=2)]
+    starts, waits = place_jobs(pending, [run(9, "GPU-0")], [gpu(0)], now=0)
+    assert starts == [Start(1, ())]
+    assert waits == [
+        Wait(2, "waits for a CPU-only slot: 1 in use (job 1)"),
+        Wait(3, "needs 1 GPU: GPU 0 held by job 9 (train)"),
+    ]
+    starts, waits = place_jobs([job(2, gpus=0)], [run(5)], [], now=0, config=PolicyConfig(max_cpu_jobs=2))
+    assert starts == [Start(2, ())]
+
+
+def test_head_of_line_blocks_lower_jobs() -> None:
+    pending = [job(7, priority=5, gpus=2), job(8, limit=60)]
+    running = [run(12, "GPU-0", ends_by=1000)]
+    starts, waits = place_jobs(pending, running, [gpu(0), gpu(1)], now=0, config=PolicyConfig(backfill=False))
+    assert starts == []
+    assert waits == [
+        Wait(7, "needs 2 GPUs: GPU 0 held by job 12 (train)"),
+        Wait(8, "waits behind job 7 (higher priority)"),
+    ]
+
+
+def test_backfill_allowed_when_it_ends_before_the_blocked_job_could_start() -> None:
+    pending = [job(7, priority=5, gpus=2), job(8, limit=600)]
+    running = [run(12, "GPU-0", ends_by=1000)]
+    starts, waits = place_jobs(pending, running, [gpu(0), gpu(1)], now=400)
+    assert starts == [Start(8, ("GPU-1",))]
+    assert waits == [Wait(7, "needs 2 GPUs: GPU 0 held by job 12 (train)")]
+
+
+def test_backfill_refused_without_time_limit_or_when_too_long() -> None:
+    running = [run(12, "GPU-0", ends_by=1000)]
+    starts, waits = place_jobs([job(7, priority=5, gpus=2), job(8)], running, [gpu(0), gpu(1)], now=400)
+    assert starts == []
+    assert waits[1] == Wait(8, "waits behind job 7 (higher priority); only a job with a time limit can start ahead")
+    starts, waits = place_jobs([job(7, priority=5, gpus=2), job(8, limit=601)], running, [gpu(0), gpu(1)], now=400)
+    assert starts == []
+    assert waits[1] == Wait(
+        8, "waits behind job 7 (higher priority); its time limit of 601s ends after job 7 could start (in 600s)"
+    )
+
+
+def test_backfill_refused_when_blocked_job_start_is_unknown() -> None:
+    for running, gpus in [
+        ([run(12, "GPU-0")], [gpu(0), gpu(1)]),
+        ([], [gpu(0, paused=True), gpu(1)]),
+    ]:
+        starts, waits = place_jobs([job(7, priority=5, gpus=2), job(8, limit=1)], running, gpus, now=0)
+        assert starts == []
+        assert waits[1] == Wait(8, "waits behind job 7 (higher priority); when job 7 can start is not known")
+    # Memory held outside the queue may be freed at any moment.
+    gpus = [gpu(0, used_gib=70), gpu(1)]
+    starts, waits = place_jobs([job(7, priority=5, gpus=2, mem_gib=20), job(8, limit=1)], [], gpus, now=0)
+    assert starts == []
+    assert waits[1] == Wait(8, "waits behind job 7 (higher priority); when job 7 can start is not known")
+
+
+def test_backfill_respects_every_blocked_job_ahead() -> None:
+    pending = [job(7, priority=5, ids=("GPU-0", "GPU-1")), job(6, priority=4, ids=("GPU-2",)), job(8, limit=500)]
+    running = [run(12, "GPU-0", ends_by=1000), run(13, "GPU-2", ends_by=300)]
+    starts, waits = place_jobs(pending, running, [gpu(0), gpu(1), gpu(2)], now=0)
+    assert starts == []
+    assert waits[2] == Wait(
+        8, "waits behind job 6 (higher priority); its time limit of 500s ends after job 6 could start (in 300s)"
+    )
+
+
+def test_pure_same_inputs_same_outputs_and_nothing_mutated() -> None:
+    pending = [job(7, priority=5, gpus=2), job(8, limit=600), job(9, gpus=0), job(10, share=True, mem_gib=1)]
+    running = [run(12, "GPU-0", ends_by=1000)]
+    gpus = [gpu(0), gpu(1), gpu(2, used_gib=5)]
+    before = copy.deepcopy((pending, running, gpus))
+    first = place_jobs(pending, running, gpus, now=400)
+    second = place_jobs(pending, running, gpus, now=400)
+    assert first == second
+    assert (pending, running, gpus) == before
+    assert place_jobs(list(reversed(pending)), running, gpus, now=400) == first
