@@ -37,15 +37,14 @@ def disable(reason: BaseException | str) -> None:
     if _disabled:
         return
     _disabled = True
-    try:
+    from contextlib import suppress
+
+    with suppress(Exception):  # a closed stderr must not become the host program's problem
         if isinstance(reason, BaseException):
             reason = f"{reason}" if isinstance(reason, OSError) else f"{type(reason).__name__}: {reason}"
         if sys.stderr is not None:
             sys.stderr.write(f"gpubox probe: disabled: {' '.join(reason.split())}\n")
             sys.stderr.flush()
-    except Exception:
-        pass  # a closed stderr must not become the host program's problem
-    from contextlib import suppress
 
     for name, off in (("gpubox.probe.hook", "detach"), ("gpubox.probe.recorder", "close")):
         module = sys.modules.get(name)

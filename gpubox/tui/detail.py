@@ -53,13 +53,18 @@ def graph_block(
     text.append("\n")
 
 
+# The title line and the body of a detail view, at a width.
+RenderDetail = Callable[[BoxSnapshot, BoxHistory, int], tuple[Text, Text]]
+
+
 class DetailScreen(Screen[None]):
     """Follows the live view: the app hands every applied snapshot to `follow`."""
 
     BINDINGS: ClassVar[list[BindingType]] = [Binding("escape", "app.pop_screen", "Back")]
 
-    def __init__(self) -> None:
+    def __init__(self, render: RenderDetail) -> None:
         super().__init__(classes="detail")
+        self._render_detail = render  # each kind of detail says what it shows
         self._snap: BoxSnapshot | None = None
         self._history: BoxHistory | None = None
 
@@ -84,18 +89,14 @@ class DetailScreen(Screen[None]):
             return
         body = self.query_one("#detail-body", Static)
         width = body.content_size.width or self.size.width - 2
-        title, text = self.render_detail(self._snap, self._history, width)
+        title, text = self._render_detail(self._snap, self._history, width)
         self.query_one("#detail-title", Static).update(title)
         body.update(text)
-
-    def render_detail(self, snap: BoxSnapshot, history: BoxHistory, width: int) -> tuple[Text, Text]:
-        """The title line and the body at this width; each kind of detail says what it shows."""
-        raise NotImplementedError
 
 
 class GpuDetail(DetailScreen):
     def __init__(self, uuid: str) -> None:
-        super().__init__()
+        super().__init__(self.render_detail)
         self.uuid = uuid
         self._gpu: GpuSnapshot | None = None
         self._gpu_history: GpuHistory | None = None
@@ -139,7 +140,7 @@ class GpuDetail(DetailScreen):
 
 class ProcessDetail(DetailScreen):
     def __init__(self, key: tuple[int, str], gpu_label: str) -> None:
-        super().__init__()
+        super().__init__(self.render_detail)
         self.key = key
         self.gpu_label = gpu_label
         self.proc: ProcessSnapshot | None = None
