@@ -2,9 +2,10 @@
 
 The database runs in WAL mode with a 10 s busy timeout, and every read-then-write happens inside
 `BEGIN IMMEDIATE`, so concurrent clients never lose or duplicate a job. A job leaves `queued` for
-`running` once only: `mark_started` is a compare-and-set, and the caller that gets False must not
-start the process. Bad input raises ValueError with one clear message and writes nothing; a
-database that cannot be read raises StoreError.
+`running` once per attempt: `mark_started` is a compare-and-set, and the caller that gets False
+must not start the process. An attempt ends once: `finish` names the attempt it ends. Bad input
+raises ValueError with one clear message and writes nothing; a database that cannot be read
+raises StoreError.
 """
 
 from __future__ import annotations
@@ -13,18 +14,30 @@ import json
 import os
 import sqlite3
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from gpubox.paths import ensure_private_dir
+from gpubox.queue.jobs import (
+    END_STATES,
+    OUTCOMES,
+    STATES,
+    Attempt,
+    Job,
+    JobSpec,
+    check_spec,
+    spec_from_json,
+    spec_to_json,
+)
 from gpubox.queue.policy import KINDS
 
+__all__ = ["END_STATES", "STATES", "Attempt", "Job", "JobSpec", "JobStore", "StoreError"]
+
 SCHEMA_VERSION = 1
-STATES = ("queued", "running", "succeeded", "failed", "cancelled", "timeout", "lost")
-END_STATES = ("succeeded", "failed", "cancelled", "timeout", "lost")
+QUEUE = "queue"  # the pause target that stops the whole queue; a GPU's is its UUID
 
 _SCHEMA = """
 CREATE TABLE jobs (
@@ -38,11 +51,14 @@ CREATE TABLE jobs (
     started_at REAL,
     ended_at REAL,
     attempt INTEGER NOT NULL DEFAULT 0,
+    failures INTEGER NOT NULL DEFAULT 0,
     exit_code INTEGER,
     gpu_uuids TEXT,
     pid INTEGER,
+    pid_start INTEGER,
     boot_id TEXT,
-    reason TEXT
+    reason TEXT,
+    request TEXT
 );
 CREATE INDEX jobs_state ON jobs(state);
 CREATE TABLE attempts (
@@ -55,7 +71,13 @@ CREATE TABLE attempts (
     pid INTEGER,
     boot_id TEXT NOT NULL,
     log_path TEXT,
+    outcome TEXT,
+    reason TEXT,
     PRIMARY KEY (job_id, number)
+);
+CREATE TABLE paused (
+    target TEXT PRIMARY KEY,
+    since REAL NOT NULL
 );
 """
 
@@ -64,107 +86,11 @@ class StoreError(Exception):
     """The job database cannot be opened or used."""
 
 
-@dataclass(frozen=True)
-class JobSpec:
-    argv: tuple[str, ...]
-    cwd: str = "."
-    env: dict[str, str] = field(default_factory=dict)
-    kind: str = "other"
-    name: str | None = None
-    gpus: int = 1
-    gpu_ids: tuple[str, ...] | None = None
-    gpu_mem_bytes: int | None = None
-    priority: int = 0
-    after: tuple[int, ...] = ()
-    time_limit_s: float | None = None
-    retries: int = 0
-    tags: dict[str, str] = field(default_factory=dict)
-    shell: bool = False
-    probe: bool = True
-    share: bool = False
-
-
-@dataclass(frozen=True)
-class Job:
-    id: int
-    spec: JobSpec
-    state: str
-    submitted_at: float
-    started_at: float | None = None
-    ended_at: float | None = None
-    attempt: int = 0
-    exit_code: int | None = None
-    gpu_uuids: tuple[str, ...] = ()
-    pid: int | None = None
-    boot_id: str | None = None
-    reason: str | None = None
-
-
-@dataclass(frozen=True)
-class Attempt:
-    job_id: int
-    number: int
-    started_at: float
-    ended_at: float | None
-    exit_code: int | None
-    gpu_uuids: tuple[str, ...]
-    pid: int | None
-    boot_id: str
-    log_path: str | None
-
-
-def _spec_to_json(spec: JobSpec) -> str:
-    return json.dumps(
-        {
-            "argv": list(spec.argv),
-            "cwd": spec.cwd,
-            "env": spec.env,
-            "kind": spec.kind,
-            "name": spec.name,
-            "gpus": spec.gpus,
-            "gpu_ids": None if spec.gpu_ids is None else list(spec.gpu_ids),
-            "gpu_mem_bytes": spec.gpu_mem_bytes,
-            "priority": spec.priority,
-            "after": list(spec.after),
-            "time_limit_s": spec.time_limit_s,
-            "retries": spec.retries,
-            "tags": spec.tags,
-            "shell": spec.shell,
-            "probe": spec.probe,
-            "share": spec.share,
-        },
-        sort_keys=True,
-    )
-
-
-def _spec_from_json(text: str) -> JobSpec:
-    d: dict[str, Any] = json.loads(text)
-    gpu_ids = d["gpu_ids"]
-    return JobSpec(
-        argv=tuple(d["argv"]),
-        cwd=d["cwd"],
-        env=dict(d["env"]),
-        kind=d["kind"],
-        name=d["name"],
-        gpus=d["gpus"],
-        gpu_ids=None if gpu_ids is None else tuple(gpu_ids),
-        gpu_mem_bytes=d["gpu_mem_bytes"],
-        priority=d["priority"],
-        after=tuple(d["after"]),
-        time_limit_s=d["time_limit_s"],
-        retries=d["retries"],
-        tags=dict(d["tags"]),
-        shell=d["shell"],
-        probe=d["probe"],
-        share=d["share"],
-    )
-
-
 def _job_from_row(row: sqlite3.Row) -> Job:
     uuids = row["gpu_uuids"]
     return Job(
         id=row["id"],
-        spec=_spec_from_json(row["spec"]),
+        spec=spec_from_json(row["spec"]),
         state=row["state"],
         submitted_at=row["submitted_at"],
         started_at=row["started_at"],
@@ -173,26 +99,28 @@ def _job_from_row(row: sqlite3.Row) -> Job:
         exit_code=row["exit_code"],
         gpu_uuids=tuple(json.loads(uuids)) if uuids else (),
         pid=row["pid"],
+        pid_start=row["pid_start"],
         boot_id=row["boot_id"],
         reason=row["reason"],
+        request=row["request"],
+        failures=row["failures"],
     )
 
 
-def _check_spec(spec: JobSpec) -> None:
-    if not spec.argv or any(not isinstance(a, str) for a in spec.argv) or not spec.argv[0]:
-        raise ValueError("the command is empty")
-    if spec.kind not in KINDS:
-        raise ValueError(f"unknown kind {spec.kind!r} (expected one of: {', '.join(KINDS)})")
-    if spec.gpus < 0:
-        raise ValueError(f"the GPU count must be 0 or more, not {spec.gpus}")
-    if spec.gpu_ids is not None and not spec.gpu_ids:
-        raise ValueError("an explicit GPU list must name at least one GPU")
-    if spec.gpu_mem_bytes is not None and spec.gpu_mem_bytes <= 0:
-        raise ValueError(f"the GPU memory asked for must be positive, not {spec.gpu_mem_bytes}")
-    if spec.time_limit_s is not None and not spec.time_limit_s > 0:
-        raise ValueError(f"the time limit must be positive, not {spec.time_limit_s}")
-    if spec.retries < 0:
-        raise ValueError(f"retries must be 0 or more, not {spec.retries}")
+def _attempt_from_row(r: sqlite3.Row) -> Attempt:
+    return Attempt(
+        job_id=r["job_id"],
+        number=r["number"],
+        started_at=r["started_at"],
+        ended_at=r["ended_at"],
+        exit_code=r["exit_code"],
+        gpu_uuids=tuple(json.loads(r["gpu_uuids"])),
+        pid=r["pid"],
+        boot_id=r["boot_id"],
+        log_path=r["log_path"],
+        outcome=r["outcome"],
+        reason=r["reason"],
+    )
 
 
 class JobStore:
@@ -201,13 +129,13 @@ class JobStore:
     def __init__(self, path: Path, clock: Callable[[], float] = time.time) -> None:
         self.path = Path(path)
         self._clock = clock
-        ensure_private_dir(self.path.parent)
         try:
+            ensure_private_dir(self.path.parent)
             fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
             os.close(fd)
             os.chmod(self.path, 0o600)
         except OSError as e:
-            raise StoreError(f"cannot open the job database {self.path}: {e.strerror}") from None
+            raise StoreError(f"cannot open the job database {self.path}: {e.strerror or e}") from None
         try:
             self._db = sqlite3.connect(self.path, timeout=10.0, isolation_level=None, check_same_thread=False)
         except sqlite3.Error as e:
@@ -286,6 +214,10 @@ class JobStore:
         except sqlite3.DatabaseError as e:
             raise StoreError(f"the job database {self.path} failed ({e})") from None
 
+    def data_version(self) -> int:
+        """A number that changes whenever another connection commits: a cheap "anything new?"."""
+        return int(self._read("PRAGMA data_version")[0][0])
+
     # Submission
 
     def add(self, spec: JobSpec) -> Job:
@@ -295,7 +227,7 @@ class JobStore:
         """Add every job or none, in one transaction; `after` may name jobs added earlier in it."""
         specs = list(specs)
         for spec in specs:
-            _check_spec(spec)
+            check_spec(spec, KINDS)
         now = self._clock()
         ids: list[int] = []
         with self._write() as db:
@@ -306,7 +238,7 @@ class JobStore:
                 cur = db.execute(
                     "INSERT INTO jobs (spec, kind, name, priority, state, submitted_at)"
                     " VALUES (?, ?, ?, ?, 'queued', ?)",
-                    (_spec_to_json(spec), spec.kind, spec.name, spec.priority, now),
+                    (spec_to_json(spec), spec.kind, spec.name, spec.priority, now),
                 )
                 assert cur.lastrowid is not None
                 ids.append(cur.lastrowid)
@@ -318,24 +250,22 @@ class JobStore:
         rows = self._read("SELECT * FROM jobs WHERE id = ?", (job_id,))
         return _job_from_row(rows[0]) if rows else None
 
+    def require(self, job_id: int) -> Job:
+        """The job, or ValueError naming the id that does not exist."""
+        job = self.get(job_id)
+        if job is None:
+            raise ValueError(f"job {job_id} does not exist")
+        return job
+
     def attempts(self, job_id: int) -> list[Attempt]:
         rows = self._read("SELECT * FROM attempts WHERE job_id = ? ORDER BY number", (job_id,))
-        return [
-            Attempt(
-                job_id=r["job_id"],
-                number=r["number"],
-                started_at=r["started_at"],
-                ended_at=r["ended_at"],
-                exit_code=r["exit_code"],
-                gpu_uuids=tuple(json.loads(r["gpu_uuids"])),
-                pid=r["pid"],
-                boot_id=r["boot_id"],
-                log_path=r["log_path"],
-            )
-            for r in rows
-        ]
+        return [_attempt_from_row(r) for r in rows]
 
-    # Transitions
+    def paused(self) -> dict[str, float]:
+        """Paused targets ("queue" or a GPU UUID) and since when."""
+        return {r["target"]: r["since"] for r in self._read("SELECT target, since FROM paused")}
+
+    # Starting and ending
 
     def mark_started(
         self,
@@ -344,6 +274,7 @@ class JobStore:
         gpu_uuids: Sequence[str],
         boot_id: str,
         log_path: str | None = None,
+        pid_start: int | None = None,
     ) -> bool:
         """Move a queued job to running; False when it is not queued (another caller won)."""
         now = self._clock()
@@ -351,9 +282,9 @@ class JobStore:
         with self._write() as db:
             cur = db.execute(
                 "UPDATE jobs SET state = 'running', started_at = ?, ended_at = NULL,"
-                " exit_code = NULL, attempt = attempt + 1, gpu_uuids = ?, pid = ?, boot_id = ?,"
-                " reason = NULL WHERE id = ? AND state = 'queued'",
-                (now, uuids, pid, boot_id, job_id),
+                " exit_code = NULL, attempt = attempt + 1, gpu_uuids = ?, pid = ?, pid_start = ?,"
+                " boot_id = ?, reason = NULL, request = NULL WHERE id = ? AND state = 'queued'",
+                (now, uuids, pid, pid_start, boot_id, job_id),
             )
             if cur.rowcount != 1:
                 return False
@@ -365,57 +296,163 @@ class JobStore:
             )
         return True
 
-    def set_pid(self, job_id: int, pid: int) -> None:
+    def set_pid(self, job_id: int, pid: int, pid_start: int | None = None) -> None:
         """Record the pid of a running job once its process exists."""
         with self._write() as db:
-            db.execute("UPDATE jobs SET pid = ? WHERE id = ? AND state = 'running'", (pid, job_id))
+            db.execute(
+                "UPDATE jobs SET pid = ?, pid_start = ? WHERE id = ? AND state = 'running'",
+                (pid, pid_start, job_id),
+            )
             db.execute(
                 "UPDATE attempts SET pid = ? WHERE job_id = ? AND number = (SELECT attempt FROM jobs WHERE id = ?)",
                 (pid, job_id, job_id),
             )
 
+    def finish(
+        self, job_id: int, attempt: int, exit_code: int | None, outcome: str, reason: str | None = None
+    ) -> Job | None:
+        """End one attempt; None when that attempt is not the one running (it was ended already).
+
+        A failed attempt goes back to the queue while retries are left; a preempted one always
+        does, without using a retry. Anything else ends the job in the state named.
+        """
+        if outcome not in OUTCOMES:
+            raise ValueError(f"{outcome!r} is not how an attempt ends (expected one of: {', '.join(OUTCOMES)})")
+        now = self._clock()
+        with self._write() as db:
+            row = db.execute("SELECT state, attempt, failures, spec FROM jobs WHERE id = ?", (job_id,)).fetchone()
+            if row is None or row["state"] != "running" or row["attempt"] != attempt:
+                return None
+            db.execute(
+                "UPDATE attempts SET ended_at = ?, exit_code = ?, outcome = ?, reason = ?"
+                " WHERE job_id = ? AND number = ?",
+                (now, exit_code, outcome, reason, job_id, attempt),
+            )
+            retries = spec_from_json(row["spec"]).retries
+            if outcome == "preempted":
+                again = f"attempt {attempt} was preempted ({reason or 'stopped'}); back in the queue"
+                self._back_to_queue(db, job_id, row["failures"], again)
+            elif outcome == "failed" and row["failures"] < retries:
+                used = row["failures"] + 1
+                again = f"attempt {attempt} failed ({reason or f'exit code {exit_code}'}); retry {used} of {retries}"
+                self._back_to_queue(db, job_id, used, again)
+            else:
+                db.execute(
+                    "UPDATE jobs SET state = ?, ended_at = ?, exit_code = ?, reason = ?, request = NULL WHERE id = ?",
+                    (outcome, now, exit_code, reason, job_id),
+                )
+        return self.get(job_id)
+
+    @staticmethod
+    def _back_to_queue(db: sqlite3.Connection, job_id: int, failures: int, reason: str | None) -> None:
+        db.execute(
+            "UPDATE jobs SET state = 'queued', ended_at = NULL, exit_code = NULL, pid = NULL, pid_start = NULL,"
+            " request = NULL, failures = ?, reason = ? WHERE id = ?",
+            (failures, reason, job_id),
+        )
+
     def mark_ended(self, job_id: int, exit_code: int | None, state: str, reason: str | None = None) -> Job:
-        """Record how a running job ended; a job that is not running is an error."""
+        """End the running attempt of a job in `state`; a job that is not running is an error."""
         if state not in END_STATES:
             raise ValueError(f"{state!r} is not an end state (expected one of: {', '.join(END_STATES)})")
-        now = self._clock()
-        with self._write() as db:
-            row = db.execute("SELECT state, attempt FROM jobs WHERE id = ?", (job_id,)).fetchone()
-            if row is None:
-                raise ValueError(f"job {job_id} does not exist")
-            if row["state"] != "running":
-                raise ValueError(f"job {job_id} is {row['state']}, not running")
-            db.execute(
-                "UPDATE jobs SET state = ?, ended_at = ?, exit_code = ?, reason = ? WHERE id = ?",
-                (state, now, exit_code, reason, job_id),
-            )
-            db.execute(
-                "UPDATE attempts SET ended_at = ?, exit_code = ? WHERE job_id = ? AND number = ?",
-                (now, exit_code, job_id, row["attempt"]),
-            )
-        job = self.get(job_id)
-        assert job is not None
-        return job
+        job = self.require(job_id)
+        if job.state != "running":
+            raise ValueError(f"job {job_id} is {job.state}, not running")
+        ended = self.finish(job_id, job.attempt, exit_code, state, reason)
+        if ended is None:
+            raise ValueError(f"job {job_id} ended while it was being recorded")
+        return ended
 
-    def cancel(self, job_id: int) -> Job:
-        """Cancel a queued job; a running job is returned unchanged for the caller to signal."""
+    # What people and the daemon ask of jobs
+
+    def request_stop(self, job_id: int, intent: str) -> Job:
+        """Cancel a queued job now; mark a running one for the caller to signal (cancel wins)."""
+        if intent not in ("cancel", "preempt"):
+            raise ValueError(f"unknown stop request {intent!r}")
         now = self._clock()
         with self._write() as db:
-            row = db.execute("SELECT state FROM jobs WHERE id = ?", (job_id,)).fetchone()
+            row = db.execute("SELECT state, request FROM jobs WHERE id = ?", (job_id,)).fetchone()
             if row is None:
                 raise ValueError(f"job {job_id} does not exist")
-            if row["state"] == "queued":
+            if row["state"] == "queued" and intent == "cancel":
                 db.execute(
                     "UPDATE jobs SET state = 'cancelled', ended_at = ?, reason = ? WHERE id = ?",
                     (now, "cancelled before it started", job_id),
                 )
-        job = self.get(job_id)
-        assert job is not None
-        return job
+            elif row["state"] == "running" and row["request"] != "cancel":
+                db.execute("UPDATE jobs SET request = ? WHERE id = ?", (intent, job_id))
+        return self.require(job_id)
+
+    def cancel(self, job_id: int) -> Job:
+        """Cancel a queued job; a running job is returned marked, for the caller to signal."""
+        return self.request_stop(job_id, "cancel")
+
+    def fail_queued(self, job_id: int, reason: str) -> bool:
+        """End a queued job as failed without running it (a dependency failed)."""
+        now = self._clock()
+        with self._write() as db:
+            cur = db.execute(
+                "UPDATE jobs SET state = 'failed', ended_at = ?, reason = ? WHERE id = ? AND state = 'queued'",
+                (now, reason, job_id),
+            )
+        return cur.rowcount == 1
+
+    def requeue(self, job_id: int) -> Job:
+        """Queue a finished job again, with its retries back; its attempts so far are kept."""
+        with self._write() as db:
+            row = db.execute("SELECT state FROM jobs WHERE id = ?", (job_id,)).fetchone()
+            if row is None:
+                raise ValueError(f"job {job_id} does not exist")
+            if row["state"] not in END_STATES:
+                raise ValueError(f"job {job_id} is {row['state']}; only a finished job can be retried")
+            self._back_to_queue(db, job_id, 0, None)
+        return self.require(job_id)
+
+    def edit(self, job_id: int, changes: Mapping[str, Any]) -> Job:
+        """Change a queued job's spec (priority, GPUs, memory, time limit); nothing else may change."""
+        allowed = {"priority", "gpus", "gpu_ids", "gpu_mem_bytes", "time_limit_s"}
+        unknown = set(changes) - allowed
+        if unknown:
+            raise ValueError(f"cannot edit {', '.join(sorted(unknown))} (only {', '.join(sorted(allowed))})")
+        with self._write() as db:
+            row = db.execute("SELECT state, spec FROM jobs WHERE id = ?", (job_id,)).fetchone()
+            if row is None:
+                raise ValueError(f"job {job_id} does not exist")
+            if row["state"] != "queued":
+                raise ValueError(f"job {job_id} is {row['state']}; only a queued job can be edited")
+            spec = replace(spec_from_json(row["spec"]), **changes)
+            check_spec(spec, KINDS)
+            db.execute(
+                "UPDATE jobs SET spec = ?, priority = ? WHERE id = ?",
+                (spec_to_json(spec), spec.priority, job_id),
+            )
+        return self.require(job_id)
+
+    def set_reasons(self, reasons: Mapping[int, str | None]) -> None:
+        """Record why queued jobs wait; rows whose reason is unchanged are not written."""
+        with self._write() as db:
+            for job_id, reason in reasons.items():
+                db.execute(
+                    "UPDATE jobs SET reason = ? WHERE id = ? AND state = 'queued' AND reason IS NOT ?",
+                    (reason, job_id, reason),
+                )
+
+    def pause(self, target: str = QUEUE) -> bool:
+        """Pause the queue or one GPU (by UUID); False when it was paused already."""
+        with self._write() as db:
+            cur = db.execute("INSERT OR IGNORE INTO paused (target, since) VALUES (?, ?)", (target, self._clock()))
+        return cur.rowcount == 1
+
+    def resume(self, target: str = QUEUE) -> bool:
+        """Resume the queue or one GPU; False when it was not paused."""
+        with self._write() as db:
+            cur = db.execute("DELETE FROM paused WHERE target = ?", (target,))
+        return cur.rowcount == 1
 
     def lost_after_reboot(self, current_boot_id: str) -> list[int]:
         """Mark `lost` every running job started under another boot; return their ids."""
         now = self._clock()
+        reason = "the machine restarted while the job ran"
         with self._write() as db:
             rows = db.execute(
                 "SELECT id, attempt FROM jobs WHERE state = 'running' AND boot_id IS NOT ?",
@@ -423,12 +460,12 @@ class JobStore:
             ).fetchall()
             for r in rows:
                 db.execute(
-                    "UPDATE jobs SET state = 'lost', ended_at = ?, reason = ? WHERE id = ?",
-                    (now, "the machine restarted while the job ran", r["id"]),
+                    "UPDATE jobs SET state = 'lost', ended_at = ?, reason = ?, request = NULL WHERE id = ?",
+                    (now, reason, r["id"]),
                 )
                 db.execute(
-                    "UPDATE attempts SET ended_at = ? WHERE job_id = ? AND number = ?",
-                    (now, r["id"], r["attempt"]),
+                    "UPDATE attempts SET ended_at = ?, outcome = 'lost', reason = ? WHERE job_id = ? AND number = ?",
+                    (now, reason, r["id"], r["attempt"]),
                 )
         return [r["id"] for r in rows]
 

@@ -183,7 +183,7 @@ def test_a_job_starts_at_most_once(tmp_path: Path) -> None:
 
 
 def test_state_transitions(store: JobStore, clock: Clock) -> None:
-    job = store.add(JobSpec(argv=("true",), retries=1))
+    job = store.add(JobSpec(argv=("true",), retries=0))
     clock.now = 1010.0
     assert store.mark_started(job.id, 4242, ["GPU-a", "GPU-b"], "boot-1", log_path="/l/1.log")
     assert not store.mark_started(job.id, 4243, ["GPU-a"], "boot-1")

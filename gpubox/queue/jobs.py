@@ -1,0 +1,149 @@
+"""What the queue stores: a job's specification, its current record, and each attempt.
+
+A spec is what was submitted and never changes once a job has started; `Job` is the row as it
+stands now; `Attempt` is one run of it, with its own exit code and log. Specs are stored as JSON.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+from dataclasses import dataclass, field
+from typing import Any
+
+STATES = ("queued", "running", "succeeded", "failed", "cancelled", "timeout", "lost")
+END_STATES = ("succeeded", "failed", "cancelled", "timeout", "lost")
+# How one attempt can end; `preempted` sends the job back to the queue.
+OUTCOMES = (*END_STATES, "preempted")
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    argv: tuple[str, ...]
+    cwd: str = "."
+    env: dict[str, str] = field(default_factory=dict)
+    kind: str = "other"
+    name: str | None = None
+    gpus: int | None = None  # None: the box's default (1 where there are GPUs, else 0)
+    gpu_ids: tuple[str, ...] | None = None  # explicit GPUs, by UUID
+    gpu_mem_bytes: int | None = None
+    priority: int = 0
+    after: tuple[int, ...] = ()
+    time_limit_s: float | None = None
+    retries: int = 0
+    tags: dict[str, str] = field(default_factory=dict)
+    shell: bool = False
+    probe: bool = True
+    share: bool = False
+
+    @property
+    def command(self) -> str:
+        """The command as a person would type it."""
+        if self.shell:
+            return self.argv[-1]
+        return " ".join(shlex.quote(a) for a in self.argv)
+
+
+@dataclass(frozen=True)
+class Job:
+    id: int
+    spec: JobSpec
+    state: str
+    submitted_at: float
+    started_at: float | None = None
+    ended_at: float | None = None
+    attempt: int = 0
+    exit_code: int | None = None
+    gpu_uuids: tuple[str, ...] = ()
+    pid: int | None = None  # the job's supervisor, which outlives the daemon
+    pid_start: int | None = None  # its start time in clock ticks, so a reused pid is not taken for it
+    boot_id: str | None = None
+    reason: str | None = None  # why it waits, or how it ended
+    request: str | None = None  # "cancel" or "preempt", asked of a running job
+    failures: int = 0  # failed attempts that used up a retry
+
+
+@dataclass(frozen=True)
+class Attempt:
+    job_id: int
+    number: int
+    started_at: float
+    ended_at: float | None
+    exit_code: int | None
+    gpu_uuids: tuple[str, ...]
+    pid: int | None
+    boot_id: str
+    log_path: str | None  # the prefix: `.out` and `.err` follow it
+    outcome: str | None = None
+    reason: str | None = None
+
+
+def spec_to_json(spec: JobSpec) -> str:
+    return json.dumps(
+        {
+            "argv": list(spec.argv),
+            "cwd": spec.cwd,
+            "env": spec.env,
+            "kind": spec.kind,
+            "name": spec.name,
+            "gpus": spec.gpus,
+            "gpu_ids": None if spec.gpu_ids is None else list(spec.gpu_ids),
+            "gpu_mem_bytes": spec.gpu_mem_bytes,
+            "priority": spec.priority,
+            "after": list(spec.after),
+            "time_limit_s": spec.time_limit_s,
+            "retries": spec.retries,
+            "tags": spec.tags,
+            "shell": spec.shell,
+            "probe": spec.probe,
+            "share": spec.share,
+        },
+        sort_keys=True,
+    )
+
+
+def spec_from_json(text: str) -> JobSpec:
+    d: dict[str, Any] = json.loads(text)
+    gpu_ids = d["gpu_ids"]
+    return JobSpec(
+        argv=tuple(d["argv"]),
+        cwd=d["cwd"],
+        env=dict(d["env"]),
+        kind=d["kind"],
+        name=d["name"],
+        gpus=d["gpus"],
+        gpu_ids=None if gpu_ids is None else tuple(gpu_ids),
+        gpu_mem_bytes=d["gpu_mem_bytes"],
+        priority=d["priority"],
+        after=tuple(d["after"]),
+        time_limit_s=d["time_limit_s"],
+        retries=d["retries"],
+        tags=dict(d["tags"]),
+        shell=d["shell"],
+        probe=d["probe"],
+        share=d["share"],
+    )
+
+
+def check_spec(spec: JobSpec, kinds: tuple[str, ...]) -> None:
+    """Raise ValueError, with one clear line, for a spec the queue cannot run."""
+    if not spec.argv or any(not isinstance(a, str) for a in spec.argv) or not spec.argv[0].strip():
+        raise ValueError("the command is empty")
+    if spec.kind not in kinds:
+        raise ValueError(f"unknown kind {spec.kind!r} (expected one of: {', '.join(kinds)})")
+    if spec.gpus is not None and spec.gpus < 0:
+        raise ValueError(f"the GPU count must be 0 or more, not {spec.gpus}")
+    if spec.gpu_ids is not None and not spec.gpu_ids:
+        raise ValueError("an explicit GPU list must name at least one GPU")
+    if spec.gpu_ids is not None and spec.gpus not in (None, len(spec.gpu_ids)):
+        raise ValueError("give either a GPU count or a GPU list, not both")
+    if spec.gpu_mem_bytes is not None and spec.gpu_mem_bytes <= 0:
+        raise ValueError(f"the GPU memory asked for must be positive, not {spec.gpu_mem_bytes}")
+    if spec.gpu_mem_bytes is not None and spec.gpus == 0:
+        raise ValueError("a CPU-only job (--gpus 0) cannot ask for GPU memory")
+    if spec.time_limit_s is not None and not spec.time_limit_s > 0:
+        raise ValueError(f"the time limit must be positive, not {spec.time_limit_s}")
+    if spec.retries < 0:
+        raise ValueError(f"retries must be 0 or more, not {spec.retries}")
+    if "\0" in "".join(spec.argv) or "\0" in spec.cwd:
+        raise ValueError("the command contains a NUL byte")
