@@ -54,6 +54,31 @@ def _parse_fraction(raw: object) -> float:
     return value
 
 
+def _parse_count(raw: object) -> int:
+    value = _number(raw, "a whole number")
+    if not value.is_integer() or not 0 <= value <= 1024:
+        raise ValueError(f"must be a whole number from 0 to 1024, got {raw!r}")
+    return int(value)
+
+
+def _parse_seconds(raw: object) -> float:
+    value = _number(raw, "seconds")
+    if not 0 < value <= 86400:
+        raise ValueError(f"must be more than 0 and at most 86400 seconds, got {raw!r}")
+    return value
+
+
+_KINDS = ("infer", "quantize", "train", "batch", "other")  # gpubox.queue.policy.KINDS, kept light here
+
+
+def _parse_kind_order(raw: object) -> tuple[str, ...]:
+    items = raw if isinstance(raw, list) else str(raw).split(",")
+    order = tuple(str(k).strip().lower() for k in items if str(k).strip())
+    if sorted(order) != sorted(_KINDS):
+        raise ValueError(f"must name each of {', '.join(_KINDS)} once, most urgent first, got {raw!r}")
+    return order
+
+
 # key -> (parser, default). A key "a.b" is `[a] b = ...` in TOML and GPUBOX_A_B in the environment.
 SCHEMA: dict[str, tuple[Callable[[object], Any], Any]] = {
     "top.interval": (_parse_interval, 1.0),
@@ -61,6 +86,13 @@ SCHEMA: dict[str, tuple[Callable[[object], Any], Any]] = {
     "top.loader_wait_threshold": (_parse_fraction, 0.2),  # above it, the loader wait cell is coloured
     "top.loader_sampling": (_parse_bool, True),  # sample the stacks of GPU processes that run no probe
     "color": (_parse_bool, True),
+    "queue.default_gpus": (_parse_count, 1),  # GPUs a job asks for when it does not say, on a box with GPUs
+    "queue.max_cpu_jobs": (_parse_count, 1),  # CPU-only jobs (--gpus 0) running at once
+    "queue.kind_order": (_parse_kind_order, _KINDS),  # between equal priorities, which kind goes first
+    "queue.backfill": (_parse_bool, True),  # a short job may start ahead when it cannot delay a waiting one
+    "queue.preempt": (_parse_bool, False),  # stop batch jobs to make room for waiting infer jobs
+    "queue.kill_grace": (_parse_seconds, 10.0),  # seconds between SIGTERM and SIGKILL when a job is stopped
+    "queue.poll_interval": (_parse_seconds, 2.0),  # how often the daemon looks again at GPUs and jobs
 }
 
 

@@ -10,6 +10,7 @@ class ExitCode(IntEnum):
     NO_GPU = 3  # no NVIDIA driver, NVML missing or unusable
     DAEMON_UNREACHABLE = 4
     CHECK_FAILED = 5  # a doctor check failed
+    TIMED_OUT = 124  # `queue wait --timeout` ran out before the jobs ended (as timeout(1) does)
     INTERRUPTED = 130
 
 

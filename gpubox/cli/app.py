@@ -8,7 +8,7 @@ import typer
 from typer._click import exceptions as click  # typer 0.28 vendors click
 
 from gpubox import __version__
-from gpubox.cli import queue, top
+from gpubox.cli import daemon, queue, top
 from gpubox.cli import run as run_command
 from gpubox.exit_codes import ExitCode, GpuboxError
 
@@ -41,6 +41,7 @@ def _root(
 
 app.command("top")(top.top)
 app.add_typer(queue.app, name="queue")
+app.add_typer(daemon.app, name="daemon")
 app.command("run", **run_command.COMMAND_SETTINGS)(run_command.run)
 
 

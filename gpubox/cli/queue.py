@@ -1,11 +1,498 @@
-"""`gpubox queue`: the local GPU job queue (its commands join this Typer)."""
+"""`gpubox queue`: the local GPU job queue. Thin: parse, call gpubox.queue, render.
+
+Queue modules are imported inside each command so that `gpubox top` and the help screens do
+not pay for them, and `queue add` pays only for what it uses.
+"""
 
 from __future__ import annotations
 
+import os
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any
+
 import typer
+
+from gpubox.exit_codes import ExitCode, GpuboxError
+
+if TYPE_CHECKING:
+    from gpubox.paths import Paths
+    from gpubox.queue.gpus import GpuInfo
+    from gpubox.queue.store import JobStore
 
 app = typer.Typer(
     help="A local queue that runs training, quantization and inference jobs on the GPUs.",
     no_args_is_help=True,
     rich_markup_mode=None,
 )
+
+JSON = Annotated[bool, typer.Option("--json", help="Print one JSON document (schema 1) instead of text.")]
+IDS = Annotated[list[int], typer.Argument(metavar="ID...", help="Job ids.", show_default=False)]
+
+
+@contextmanager
+def _errors() -> Iterator[None]:
+    """Bad input is one line and exit 2; a database that cannot be used is one line and exit 1."""
+    from gpubox.queue.store import StoreError
+
+    try:
+        yield
+    except ValueError as exc:
+        raise GpuboxError(str(exc), ExitCode.USAGE) from None
+    except StoreError as exc:
+        raise GpuboxError(str(exc), ExitCode.FAILED) from None
+
+
+def _paths() -> Paths:
+    from gpubox.paths import resolve_paths
+
+    return resolve_paths()
+
+
+def _store(paths: Paths) -> JobStore:
+    from gpubox.queue.client import open_store
+
+    return open_store(paths)
+
+
+def _box_gpus() -> list[GpuInfo]:
+    from gpubox.queue.gpus import NoNvml, NvmlGpus
+
+    source = NvmlGpus()
+    try:
+        return source.read()
+    except NoNvml as exc:
+        raise GpuboxError(f"this job names GPUs, but {exc}", ExitCode.NO_GPU) from None
+    finally:
+        source.close()
+
+
+def _gpu_index(view: dict[str, Any] | None) -> dict[str, int]:
+    if not view:
+        return {}
+    return {g["uuid"]: g["index"] for g in view.get("gpus", []) if isinstance(g, dict)}
+
+
+def _live(view: dict[str, Any] | None) -> dict[int, str] | None:
+    if view is None:
+        return None
+    return {int(k): v for k, v in (view.get("reasons") or {}).items()}
+
+
+def _emit(command: str, data: Any, as_json: bool, text: str) -> None:
+    if as_json:
+        from gpubox.cli.output import print_json
+
+        print_json(command, data)
+    elif text:
+        sys.stdout.write(text + "\n")
+
+
+@app.command("add", context_settings={"allow_interspersed_args": False}, options_metavar="[OPTIONS] [--]")
+def add(
+    command: Annotated[
+        list[str] | None,
+        typer.Argument(metavar="CMD [ARGS]...", help="The command and its arguments.", show_default=False),
+    ] = None,
+    name: Annotated[str | None, typer.Option("--name", help="A name to show in listings.")] = None,
+    kind: Annotated[
+        str | None, typer.Option("--kind", help="infer, quantize, train, batch or other (default: other).")
+    ] = None,
+    gpus: Annotated[
+        int | None,
+        typer.Option("--gpus", help="How many GPUs (default: 1 on a box with GPUs; 0 makes a CPU-only job)."),
+    ] = None,
+    gpu: Annotated[str | None, typer.Option("--gpu", help="These GPUs: indexes or UUIDs, as 0,2.")] = None,
+    gpu_mem: Annotated[str | None, typer.Option("--gpu-mem", help="Free memory needed on each GPU, as 40G.")] = None,
+    priority: Annotated[int | None, typer.Option("--priority", help="Higher runs first (default 0).")] = None,
+    after: Annotated[
+        str | None, typer.Option("--after", help="Run when these jobs have succeeded: ID[,ID...].")
+    ] = None,
+    time_limit: Annotated[
+        str | None, typer.Option("--time-limit", help="Stop the job after this long, as 90m or 2h.")
+    ] = None,
+    retries: Annotated[int | None, typer.Option("--retries", help="Queue a failed job again, up to N times.")] = None,
+    tag: Annotated[
+        list[str] | None, typer.Option("--tag", help="key=value, for reports (repeatable).", show_default=False)
+    ] = None,
+    env: Annotated[
+        list[str] | None, typer.Option("--env", help="NAME=value to set for the job (repeatable).", show_default=False)
+    ] = None,
+    cwd: Annotated[str | None, typer.Option("--cwd", help="Run there (default: the current directory).")] = None,
+    shell: Annotated[bool, typer.Option("--shell", help="Run the command as one string through /bin/sh -c.")] = False,
+    no_probe: Annotated[bool, typer.Option("--no-probe", help="Do not attach the dataloader probe.")] = False,
+    share: Annotated[
+        bool, typer.Option("--share", help="May share GPUs with other --share jobs where memory fits.")
+    ] = False,
+    file: Annotated[
+        Path | None,
+        typer.Option("--file", help="Add every job in this file: a command or a JSON object per line ('-': stdin)."),
+    ] = None,
+    as_json: JSON = False,
+) -> None:
+    """Queue a command; print its job id.
+
+    The command's working directory and environment are captured now. Its options may follow
+    its name, after --: gpubox queue add --gpus 2 -- python train.py --lr 3e-4.
+    """
+    from gpubox.queue.client import wake_daemon
+    from gpubox.queue.records import job_record
+    from gpubox.queue.submit import AddOptions, GpuLookup, build_spec, parse_job_file
+
+    opts = AddOptions(
+        name=name,
+        kind=kind,
+        gpus=gpus,
+        gpu=gpu,
+        gpu_mem=gpu_mem,
+        priority=priority,
+        after=after,
+        time_limit=time_limit,
+        retries=retries,
+        tags=tuple(tag or ()),
+        env=tuple(env or ()),
+        cwd=cwd,
+        shell=shell,
+        probe=not no_probe,
+        share=share,
+    )
+    try:
+        base_cwd = os.getcwd()
+    except OSError:
+        raise GpuboxError("the current directory no longer exists; give --cwd", ExitCode.USAGE) from None
+    lookup = GpuLookup(_box_gpus)
+    base_env = dict(os.environ)
+    paths = _paths()
+    with _errors():
+        if file is not None:
+            if command:
+                raise ValueError("give either --file or a command, not both")
+            try:
+                text = sys.stdin.read() if str(file) == "-" else file.read_text()
+            except (OSError, UnicodeDecodeError) as exc:
+                raise ValueError(f"cannot read {file}: {getattr(exc, 'strerror', None) or exc}") from None
+            entries = parse_job_file(text, str(file), opts)
+            specs = []
+            for number, argv, line_opts in entries:
+                try:
+                    specs.append(build_spec(argv, line_opts, base_env, base_cwd, lookup))
+                except ValueError as exc:
+                    raise ValueError(f"{file}:{number}: {exc}") from None
+        else:
+            specs = [build_spec(command or [], opts, base_env, base_cwd, lookup)]
+        store = _store(paths)
+        try:
+            jobs = store.add_many(specs)
+        finally:
+            store.close()
+    wake_daemon(paths)
+    _emit(
+        "queue add",
+        {"jobs": [job_record(j) for j in jobs]},
+        as_json,
+        "\n".join(str(j.id) for j in jobs),
+    )
+
+
+@app.command("ls")
+def ls(
+    show_all: Annotated[bool, typer.Option("--all", "-a", help="Also list jobs that have ended.")] = False,
+    state: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--state", help="Only jobs in this state (repeatable): queued, running, succeeded, ...", show_default=False
+        ),
+    ] = None,
+    as_json: JSON = False,
+) -> None:
+    """List jobs: queued and running ones, and why each queued job waits."""
+    from gpubox.cli.queue_view import job_table
+    from gpubox.queue.client import daemon_view
+    from gpubox.queue.records import gpu_request, job_record
+
+    paths = _paths()
+    with _errors():
+        store = _store(paths)
+        try:
+            states = state or (None if show_all else ["queued", "running"])
+            jobs = store.list(states)
+        finally:
+            store.close()
+    view = daemon_view(paths)
+    index, live = _gpu_index(view), _live(view)
+    records = [job_record(j, live, index) for j in jobs]
+    text = job_table(records, {j.id: gpu_request(j, index) for j in jobs}) if records else "no jobs"
+    _emit("queue ls", {"daemon": view is not None, "jobs": records}, as_json, text)
+
+
+@app.command("show")
+def show(
+    job_id: Annotated[int, typer.Argument(metavar="ID", help="The job id.")],
+    as_json: JSON = False,
+) -> None:
+    """Everything about one job, with every attempt and its logs."""
+    from gpubox.cli.queue_view import job_details
+    from gpubox.queue.client import daemon_view
+    from gpubox.queue.records import attempt_record, gpu_request, job_record
+
+    paths = _paths()
+    with _errors():
+        store = _store(paths)
+        try:
+            job = store.require(job_id)
+            attempts = store.attempts(job_id)
+        finally:
+            store.close()
+    view = daemon_view(paths) if job.state == "queued" else {}
+    index = _gpu_index(view)
+    record = job_record(job, _live(view) if job.state == "queued" else {}, index, with_env=as_json)
+    tries = [attempt_record(a, index) for a in attempts]
+    _emit(
+        "queue show", {"job": record, "attempts": tries}, as_json, job_details(record, tries, gpu_request(job, index))
+    )
+
+
+@app.command("logs")
+def logs(
+    job_id: Annotated[int, typer.Argument(metavar="ID", help="The job id.")],
+    follow: Annotated[bool, typer.Option("--follow", "-f", help="Keep printing until the job ends.")] = False,
+    stderr: Annotated[bool, typer.Option("--stderr", help="The job's stderr instead of its stdout.")] = False,
+    attempt: Annotated[int | None, typer.Option("--attempt", help="This attempt (default: the latest).")] = None,
+) -> None:
+    """Print a job's output (the latest attempt's, unless --attempt)."""
+    from gpubox.queue.client import attempt_log
+    from gpubox.queue.client import follow as follow_log
+    from gpubox.queue.jobs import END_STATES
+
+    paths = _paths()
+    with _errors():
+        store = _store(paths)
+        job = store.require(job_id)
+        if attempt is not None and not 1 <= attempt <= job.attempt:
+            raise ValueError(f"job {job_id} has no attempt {attempt} (it has {job.attempt})")
+        if not follow:
+            store.close()
+            if job.attempt == 0:
+                raise GpuboxError(f"job {job_id} has not started yet: no log", ExitCode.FAILED)
+            path = attempt_log(paths, job, attempt, stderr)
+            try:
+                data = path.read_bytes()
+            except FileNotFoundError:
+                data = b""
+            except OSError as exc:
+                raise GpuboxError(f"cannot read {path}: {exc.strerror}", ExitCode.FAILED) from None
+            sys.stdout.buffer.write(data)
+            return
+
+        def current() -> Path | None:
+            latest = store.require(job_id)
+            if latest.attempt == 0:
+                return None
+            return attempt_log(paths, latest, attempt, stderr)
+
+        try:
+            for chunk in follow_log(current, lambda: store.require(job_id).state in END_STATES):
+                sys.stdout.buffer.write(chunk)
+                sys.stdout.buffer.flush()
+        finally:
+            store.close()
+
+
+@app.command("cancel")
+def cancel(ids: IDS, as_json: JSON = False) -> None:
+    """Cancel queued jobs; stop running ones (SIGTERM to the whole tree, SIGKILL after a grace period)."""
+    from gpubox.queue.client import cancel_jobs
+    from gpubox.queue.records import job_record
+
+    paths = _paths()
+    with _errors():
+        store = _store(paths)
+        try:
+            results = cancel_jobs(store, ids)
+        finally:
+            store.close()
+    ended = [r for r in results if r.action == "ended already"]
+    lines = [
+        f"job {r.job.id}: {r.action}" + (f" ({r.job.state})" if r.action == "ended already" else "") for r in results
+    ]
+    data = {"jobs": [{**job_record(r.job), "action": r.action} for r in results]}
+    _emit("queue cancel", data, as_json, "\n".join(lines))
+    if ended:
+        raise typer.Exit(int(ExitCode.FAILED))
+
+
+@app.command("wait")
+def wait(
+    ids: IDS,
+    timeout: Annotated[
+        str | None, typer.Option("--timeout", help="Give up after this long (exit 124), as 30s or 2h.")
+    ] = None,
+    as_json: JSON = False,
+) -> None:
+    """Wait for jobs to end; exit with the job's own exit code (the first failed one's, for several)."""
+    from gpubox.queue.client import exit_code_for, wait_jobs, wake_daemon
+    from gpubox.queue.parse import parse_duration
+    from gpubox.queue.records import job_record
+
+    paths = _paths()
+    with _errors():
+        limit = parse_duration(timeout) if timeout is not None else None
+        store = _store(paths)
+        try:
+            for job_id in ids:
+                store.require(job_id)
+            wake_daemon(paths)  # a job only moves on while a daemon runs
+            jobs = wait_jobs(store, ids, limit)
+        finally:
+            store.close()
+    if jobs is None:
+        raise GpuboxError(
+            f"timed out after {timeout} waiting for job(s) {', '.join(map(str, ids))}", ExitCode.TIMED_OUT
+        )
+    code = exit_code_for(jobs)
+    lines = [f"job {j.id}: {j.state}" + ("" if j.exit_code is None else f" (exit {j.exit_code})") for j in jobs]
+    _emit("queue wait", {"jobs": [job_record(j) for j in jobs], "exit_code": code}, as_json, "\n".join(lines))
+    raise typer.Exit(code)
+
+
+@app.command("retry")
+def retry(ids: IDS, as_json: JSON = False) -> None:
+    """Queue finished jobs again (failed, cancelled, timed out, lost or succeeded)."""
+    from gpubox.queue.client import wake_daemon
+    from gpubox.queue.records import job_record
+
+    paths = _paths()
+    with _errors():
+        store = _store(paths)
+        try:
+            for job_id in ids:
+                job = store.require(job_id)
+                if job.state in ("queued", "running"):
+                    raise ValueError(f"job {job_id} is {job.state}; only a finished job can be retried")
+            jobs = [store.requeue(job_id) for job_id in ids]
+        finally:
+            store.close()
+    wake_daemon(paths)
+    _emit(
+        "queue retry", {"jobs": [job_record(j) for j in jobs]}, as_json, "\n".join(f"job {j.id}: queued" for j in jobs)
+    )
+
+
+def _pause_target(gpu: str | None) -> tuple[str, str]:
+    from gpubox.queue.gpus import resolve_gpus
+    from gpubox.queue.store import QUEUE
+
+    if gpu is None:
+        return QUEUE, "the queue"
+    box = _box_gpus()
+    (uuid,) = resolve_gpus([gpu], box)
+    index = next(g.index for g in box if g.uuid == uuid)
+    return uuid, f"GPU {index}"
+
+
+@app.command("pause")
+def pause(
+    gpu: Annotated[str | None, typer.Option("--gpu", help="Only this GPU (index or UUID), for maintenance.")] = None,
+) -> None:
+    """Start no new jobs (on one GPU, with --gpu); running jobs keep running."""
+    paths = _paths()
+    with _errors():
+        target, label = _pause_target(gpu)
+        store = _store(paths)
+        try:
+            changed = store.pause(target)
+        finally:
+            store.close()
+    sys.stdout.write(f"{label}: paused\n" if changed else f"{label}: paused already\n")
+
+
+@app.command("resume")
+def resume(
+    gpu: Annotated[str | None, typer.Option("--gpu", help="Only this GPU (index or UUID).")] = None,
+) -> None:
+    """Start jobs again (on one GPU, with --gpu)."""
+    from gpubox.queue.client import wake_daemon
+
+    paths = _paths()
+    with _errors():
+        target, label = _pause_target(gpu)
+        store = _store(paths)
+        try:
+            changed = store.resume(target)
+        finally:
+            store.close()
+    wake_daemon(paths)
+    sys.stdout.write(f"{label}: resumed\n" if changed else f"{label}: was not paused\n")
+
+
+@app.command("clean")
+def clean(
+    older_than: Annotated[
+        str | None, typer.Option("--older-than", help="Only jobs that ended longer ago than this, as 7d.")
+    ] = None,
+    as_json: JSON = False,
+) -> None:
+    """Forget finished jobs, with their logs."""
+    from gpubox.queue.client import remove_logs
+    from gpubox.queue.parse import parse_duration
+
+    paths = _paths()
+    with _errors():
+        age = parse_duration(older_than) if older_than is not None else 0.0
+        store = _store(paths)
+        try:
+            removed = store.clean(age)
+        finally:
+            store.close()
+    remove_logs(paths, removed)
+    _emit("queue clean", {"removed": removed}, as_json, f"removed {len(removed)} finished job(s)")
+
+
+@app.command("edit")
+def edit(
+    job_id: Annotated[int, typer.Argument(metavar="ID", help="A queued job's id.")],
+    priority: Annotated[int | None, typer.Option("--priority", help="New priority.")] = None,
+    gpus: Annotated[int | None, typer.Option("--gpus", help="New GPU count (0: CPU-only).")] = None,
+    gpu: Annotated[str | None, typer.Option("--gpu", help="New GPUs: indexes or UUIDs, as 0,2.")] = None,
+    gpu_mem: Annotated[str | None, typer.Option("--gpu-mem", help="New free memory needed per GPU.")] = None,
+    time_limit: Annotated[str | None, typer.Option("--time-limit", help="New time limit, as 2h.")] = None,
+    no_time_limit: Annotated[bool, typer.Option("--no-time-limit", help="Remove the time limit.")] = False,
+    as_json: JSON = False,
+) -> None:
+    """Change a queued job's priority, GPUs or time limit."""
+    from gpubox.queue.client import wake_daemon
+    from gpubox.queue.parse import parse_duration, parse_size
+    from gpubox.queue.records import job_record
+    from gpubox.queue.submit import AddOptions, GpuLookup, build_spec
+
+    paths = _paths()
+    with _errors():
+        if time_limit is not None and no_time_limit:
+            raise ValueError("give --time-limit or --no-time-limit, not both")
+        changes: dict[str, Any] = {}
+        if priority is not None:
+            changes["priority"] = priority
+        if gpus is not None or gpu is not None or gpu_mem is not None:
+            # The same checks as `queue add`, against this box's GPUs.
+            probe = build_spec(["-"], AddOptions(gpus=gpus, gpu=gpu, gpu_mem=gpu_mem), {}, "/", GpuLookup(_box_gpus))
+            if gpus is not None or gpu is not None:
+                changes["gpus"], changes["gpu_ids"] = probe.gpus, probe.gpu_ids
+            if gpu_mem is not None:
+                changes["gpu_mem_bytes"] = parse_size(gpu_mem)
+            elif gpus == 0:
+                changes["gpu_mem_bytes"] = None
+        if time_limit is not None:
+            changes["time_limit_s"] = parse_duration(time_limit)
+        if no_time_limit:
+            changes["time_limit_s"] = None
+        if not changes:
+            raise ValueError("nothing to change: give --priority, --gpus, --gpu, --gpu-mem or --time-limit")
+        store = _store(paths)
+        try:
+            job = store.edit(job_id, changes)
+        finally:
+            store.close()
+    wake_daemon(paths)
+    _emit("queue edit", {"job": job_record(job)}, as_json, f"job {job.id}: updated")

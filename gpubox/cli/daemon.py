@@ -1,0 +1,101 @@
+"""`gpubox daemon`: run the queue daemon in the foreground; `status` and `stop` talk to it."""
+
+from __future__ import annotations
+
+import sys
+import time
+from typing import Annotated
+
+import typer
+
+from gpubox.exit_codes import ExitCode, GpuboxError
+
+app = typer.Typer(
+    help="The queue daemon: starts jobs as GPUs free up (clients start it when it is not running).",
+    invoke_without_command=True,
+    rich_markup_mode=None,
+)
+
+JSON = Annotated[bool, typer.Option("--json", help="Print one JSON document (schema 1) instead of text.")]
+
+
+@app.callback()
+def daemon(ctx: typer.Context) -> None:
+    """Run the queue daemon in the foreground (for systemd); stop it with SIGTERM or `daemon stop`.
+
+    Running jobs do not depend on the daemon: stop, kill or restart it and they go on, and their
+    exit codes are recorded when it is back.
+    """
+    if ctx.invoked_subcommand is not None:
+        return
+    from gpubox.config import load_config
+    from gpubox.paths import resolve_paths
+    from gpubox.queue.daemon import AlreadyRunning, Daemon
+    from gpubox.queue.schedule import QueueConfig
+    from gpubox.queue.store import StoreError
+
+    paths = resolve_paths()
+    config = QueueConfig.from_values(load_config(paths=paths).values)
+    try:
+        code = Daemon(paths, config).run()
+    except AlreadyRunning as exc:
+        raise GpuboxError(str(exc), ExitCode.FAILED) from None
+    except (StoreError, PermissionError) as exc:
+        raise GpuboxError(str(exc), ExitCode.FAILED) from None
+    raise typer.Exit(code)
+
+
+@app.command("status")
+def status(as_json: JSON = False) -> None:
+    """Say whether the daemon runs, with its pid and queue counts; exit 4 when it does not."""
+    from gpubox.paths import resolve_paths
+    from gpubox.queue.client import socket_path
+    from gpubox.queue.wire import Unreachable, ask
+
+    paths = resolve_paths()
+    try:
+        info = ask(socket_path(paths), "status", timeout=3.0)
+    except Unreachable as exc:
+        if as_json:
+            from gpubox.cli.output import print_json
+
+            print_json("daemon status", {"running": False}, ExitCode.DAEMON_UNREACHABLE, [str(exc)])
+            raise typer.Exit(int(ExitCode.DAEMON_UNREACHABLE)) from None
+        raise GpuboxError(f"the daemon is not running: {exc}", ExitCode.DAEMON_UNREACHABLE) from None
+    if as_json:
+        from gpubox.cli.output import print_json
+
+        print_json("daemon status", {"running": True, **info})
+        return
+    up = time.time() - float(info.get("started_at", time.time()))
+    paused = ", ".join(info.get("paused") or []) or "nothing"
+    sys.stdout.write(
+        f"running: pid {info.get('pid')}, up {int(up)}s, {info.get('queued')} queued, {info.get('running')} running, "
+        f"paused: {paused}\nstate {info.get('state_dir')}\nsocket {info.get('socket')}\n"
+    )
+
+
+@app.command("stop")
+def stop(
+    timeout: Annotated[float, typer.Option("--timeout", help="Seconds to wait for it to exit.")] = 10.0,
+) -> None:
+    """Stop the daemon; running jobs keep running. Succeeds when none was running."""
+    from gpubox.paths import resolve_paths
+    from gpubox.queue.client import socket_path
+    from gpubox.queue.daemon import lock_holder
+    from gpubox.queue.wire import Unreachable, ask
+
+    paths = resolve_paths()
+    try:
+        answer = ask(socket_path(paths), "stop", timeout=3.0)
+    except Unreachable:
+        if lock_holder(paths) is None:
+            sys.stdout.write("the daemon was not running\n")
+            return
+        raise GpuboxError("the daemon holds its lock but does not answer", ExitCode.DAEMON_UNREACHABLE) from None
+    deadline = time.monotonic() + timeout
+    while lock_holder(paths) is not None:
+        if time.monotonic() > deadline:
+            raise GpuboxError(f"the daemon (pid {answer.get('pid')}) did not stop within {timeout:g}s", ExitCode.FAILED)
+        time.sleep(0.05)
+    sys.stdout.write(f"stopped the daemon (pid {answer.get('pid')}); running jobs go on\n")

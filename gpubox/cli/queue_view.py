@@ -1,0 +1,113 @@
+"""Human renderings of queue listings: plain aligned columns (no rich: `queue ls` starts fast)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+DASH = "-"
+
+
+def duration(seconds: float | None) -> str:
+    """45s, 12m, 1h02m, 3d04h."""
+    if seconds is None:
+        return DASH
+    s = int(max(seconds, 0))
+    if s < 60:
+        return f"{s}s"
+    if s < 3600:
+        return f"{s // 60}m{s % 60:02d}s" if s < 600 else f"{s // 60}m"
+    if s < 86400:
+        return f"{s // 3600}h{(s % 3600) // 60:02d}m"
+    return f"{s // 86400}d{(s % 86400) // 3600:02d}h"
+
+
+def _times(rec: Mapping[str, Any], now: float) -> tuple[str, str]:
+    started, ended = rec["started_at"], rec["ended_at"]
+    waited = (started if started is not None else (ended if ended is not None else now)) - rec["submitted_at"]
+    ran = None if started is None else (ended if ended is not None else now) - started
+    if rec["state"] == "queued" and rec["attempt"]:
+        ran = None  # requeued: the last attempt's run time is in `queue show`
+    return duration(waited), duration(ran)
+
+
+def _gpus(rec: Mapping[str, Any], request: str) -> str:
+    """The GPUs a job holds or last held; for a queued job, what it asks for."""
+    if rec["state"] != "queued" and rec["attempt"]:
+        return ",".join(str(g) for g in rec["gpus"]) or "cpu"
+    return request
+
+
+def _note(rec: Mapping[str, Any]) -> str:
+    state = rec["state"]
+    if state == "queued":
+        return rec["reason"] or ""
+    if state == "running":
+        return f"attempt {rec['attempt']}" if rec["attempt"] > 1 else ""
+    code = rec["exit_code"]
+    parts = [] if code is None else [f"exit {code}"]
+    if rec["reason"] and rec["reason"] != f"exit code {code}":
+        parts.append(rec["reason"])
+    return "; ".join(parts)
+
+
+def table(rows: Sequence[Sequence[str]], header: Sequence[str]) -> str:
+    widths = [max(len(str(r[i])) for r in (header, *rows)) for i in range(len(header) - 1)]
+    lines = []
+    for row in (header, *rows):
+        cells = [str(c).ljust(w) for c, w in zip(row, widths, strict=False)]
+        lines.append("  ".join([*cells, str(row[-1])]).rstrip())
+    return "\n".join(lines)
+
+
+def job_table(records: Sequence[Mapping[str, Any]], requests: Mapping[int, str], now: float | None = None) -> str:
+    now = time.time() if now is None else now
+    rows = []
+    for rec in records:
+        waited, ran = _times(rec, now)
+        rows.append(
+            [
+                str(rec["id"]),
+                rec["name"] or DASH,
+                rec["kind"],
+                rec["state"],
+                _gpus(rec, requests[rec["id"]]),
+                waited,
+                ran,
+                _note(rec),
+            ]
+        )
+    return table(rows, ["ID", "NAME", "KIND", "STATE", "GPUS", "WAITED", "RAN", "WHY / HOW IT ENDED"])
+
+
+def _when(t: float | None) -> str:
+    return DASH if t is None else time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(t))
+
+
+def job_details(rec: Mapping[str, Any], attempts: Sequence[Mapping[str, Any]], request: str) -> str:
+    lines = [
+        f"job {rec['id']}" + (f" ({rec['name']})" if rec["name"] else ""),
+        f"  state       {rec['state']}" + (f": {rec['reason']}" if rec["reason"] else ""),
+        f"  command     {rec['command']}" + ("   (through /bin/sh -c)" if rec["shell"] else ""),
+        f"  cwd         {rec['cwd']}",
+        f"  kind        {rec['kind']}, priority {rec['priority']}",
+        f"  gpus        asked {request}" + (f"; holds {', '.join(map(str, rec['gpus']))}" if rec["gpus"] else ""),
+        f"  after       {', '.join(map(str, rec['after'])) or DASH}",
+        f"  time limit  {duration(rec['time_limit_s']) if rec['time_limit_s'] else DASH}",
+        f"  retries     {rec['failures']} of {rec['retries']} used",
+        f"  probe       {'on' if rec['probe'] else 'off'}",
+        f"  tags        {', '.join(f'{k}={v}' for k, v in rec['tags'].items()) or DASH}",
+        f"  submitted   {_when(rec['submitted_at'])}",
+        f"  started     {_when(rec['started_at'])}",
+        f"  ended       {_when(rec['ended_at'])}",
+        f"  exit code   {DASH if rec['exit_code'] is None else rec['exit_code']}",
+    ]
+    for a in attempts:
+        ran = None if a["ended_at"] is None else a["ended_at"] - a["started_at"]
+        gpus = ",".join(map(str, a["gpus"])) or "cpu"
+        how = a["outcome"] or "running"
+        code = "" if a["exit_code"] is None else f", exit {a['exit_code']}"
+        logs = f"{a['log_prefix']}.out|.err"
+        lines.append(f"  attempt {a['number']}   {how}{code}, ran {duration(ran)} on {gpus}; logs {logs}")
+    return "\n".join(lines)

@@ -1,0 +1,199 @@
+"""What queue commands do, without a UI: open the store, wake or start the daemon, stop jobs,
+wait for them, and read their logs. The CLI only parses and renders."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import suppress
+from dataclasses import dataclass
+from pathlib import Path
+
+from gpubox.exit_codes import ExitCode, GpuboxError
+from gpubox.paths import Paths, ensure_private_dir
+from gpubox.queue import proctree
+from gpubox.queue.daemon import DB_NAME, lock_holder, store_attempt_prefix
+from gpubox.queue.jobs import END_STATES, Job
+from gpubox.queue.store import JobStore, StoreError
+from gpubox.queue.supervise import log_paths
+from gpubox.queue.wire import SOCKET_NAME, Unreachable, ask, poke
+
+DAEMON_LOG = "daemon.log"
+
+
+def open_store(paths: Paths) -> JobStore:
+    try:
+        return JobStore(paths.state_dir / DB_NAME)
+    except StoreError as exc:
+        raise GpuboxError(str(exc), ExitCode.FAILED) from None
+    except PermissionError as exc:
+        raise GpuboxError(str(exc), ExitCode.FAILED) from None
+
+
+def socket_path(paths: Paths) -> Path:
+    return paths.runtime_dir / SOCKET_NAME
+
+
+def start_daemon(paths: Paths, env: Mapping[str, str] | None = None) -> int:
+    """Start `gpubox daemon` in the background, in its own session, logging to the state dir."""
+    ensure_private_dir(paths.state_dir)
+    log = os.open(paths.state_dir / DAEMON_LOG, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600)
+    try:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "gpubox", "daemon"],
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=log,
+            start_new_session=True,
+            env=dict(os.environ if env is None else env),
+            cwd="/",
+        )
+    finally:
+        os.close(log)
+    return proc.pid
+
+
+def wake_daemon(paths: Paths) -> str:
+    """Ask the daemon to look at the queue now, starting it when none runs; what happened."""
+    if poke(socket_path(paths)):
+        return "woken"
+    if lock_holder(paths) is not None:
+        return "starting"  # it holds the lock but does not listen yet
+    start_daemon(paths)
+    return "started"
+
+
+def daemon_view(paths: Paths) -> dict[str, object] | None:
+    """The daemon's live view (why each job waits, GPU indexes), or None when none answers."""
+    try:
+        return ask(socket_path(paths), "view", timeout=2.0)
+    except Unreachable:
+        return None
+
+
+# Stopping jobs
+
+
+@dataclass(frozen=True)
+class StopResult:
+    job: Job
+    action: str  # "cancelled", "stopping", "ended already"
+
+
+def signal_supervisor(job: Job, sig: int) -> bool:
+    """Signal a running job's supervisor, never a process that merely reuses its pid."""
+    if job.pid is None or not proctree.is_alive(job.pid, job.pid_start):
+        return False
+    try:
+        os.kill(job.pid, sig)
+    except (ProcessLookupError, PermissionError):
+        return False
+    return True
+
+
+def cancel_jobs(store: JobStore, ids: Sequence[int]) -> list[StopResult]:
+    """Cancel queued jobs and stop running ones (their supervisor stops the whole tree)."""
+    for job_id in ids:
+        store.require(job_id)  # every id exists, or nothing changes
+    results = []
+    for job_id in ids:
+        before = store.require(job_id)
+        if before.state in END_STATES:
+            results.append(StopResult(before, "ended already"))
+            continue
+        job = store.request_stop(job_id, "cancel")
+        if job.state == "cancelled":
+            results.append(StopResult(job, "cancelled"))
+        elif job.state == "running":
+            signal_supervisor(job, signal.SIGTERM)
+            results.append(StopResult(job, "stopping"))
+        else:
+            results.append(StopResult(job, "ended already"))
+    return results
+
+
+# Waiting
+
+
+def wait_jobs(
+    store: JobStore,
+    ids: Sequence[int],
+    timeout_s: float | None,
+    on_poll: Callable[[], None] = lambda: None,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
+) -> list[Job] | None:
+    """Block until every job has ended; the jobs, or None when the timeout ran out first."""
+    for job_id in ids:
+        store.require(job_id)
+    deadline = None if timeout_s is None else clock() + timeout_s
+    delay = 0.02
+    while True:
+        jobs = [store.require(i) for i in ids]
+        if all(j.state in END_STATES for j in jobs):
+            return jobs
+        if deadline is not None and clock() >= deadline:
+            return None
+        on_poll()
+        pause = delay if deadline is None else max(0.0, min(delay, deadline - clock()))
+        sleep(pause)
+        delay = min(delay * 1.5, 0.5)
+
+
+def exit_code_for(jobs: Sequence[Job]) -> int:
+    """What `queue wait` exits with: 0 when all succeeded, else the first failed job's own code."""
+    for job in jobs:
+        if job.state != "succeeded":
+            if job.exit_code is not None and job.exit_code != 0:
+                return min(job.exit_code, 255)
+            return int(ExitCode.FAILED)
+    return 0
+
+
+# Logs
+
+
+def attempt_log(paths: Paths, job: Job, attempt: int | None, stderr: bool) -> Path:
+    number = attempt if attempt is not None else job.attempt
+    out, err, _ = log_paths(store_attempt_prefix(paths.state_dir / "logs", job.id, number))
+    return err if stderr else out
+
+
+def follow(
+    path_for: Callable[[], Path | None],
+    done: Callable[[], bool],
+    sleep: Callable[[float], None] = time.sleep,
+) -> Iterator[bytes]:
+    """Chunks of a growing log until the job ends and the file is drained; follows new attempts."""
+    current: Path | None = None
+    offset = 0
+    while True:
+        path = path_for()
+        if path != current:
+            current, offset = path, 0
+        chunk = b""
+        if current is not None:
+            with suppress(FileNotFoundError), open(current, "rb") as fh:
+                fh.seek(offset)
+                chunk = fh.read(1 << 16)
+        if chunk:
+            offset += len(chunk)
+            yield chunk
+            continue
+        if done():
+            path = path_for()
+            if path == current:
+                return
+            continue
+        sleep(0.2)
+
+
+def remove_logs(paths: Paths, ids: Sequence[int]) -> None:
+    import shutil
+
+    for job_id in ids:
+        shutil.rmtree(paths.state_dir / "logs" / str(job_id), ignore_errors=True)

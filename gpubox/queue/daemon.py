@@ -1,0 +1,360 @@
+"""The queue daemon: one per state directory, in the foreground, for systemd or a client to start.
+
+It holds an exclusive lock beside the database, listens on a Unix socket in the runtime
+directory, and runs a scheduling pass when a client pokes it, when a supervisor it forked
+exits, when another process commits to the database, and every poll interval while jobs wait
+(GPU memory changes without telling anyone). Jobs run under their own supervisors, so stopping
+or killing the daemon leaves them running; a new daemon picks up where it left off. On start it
+marks `lost` the jobs that were running before a reboot.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import selectors
+import signal
+import socket
+import sys
+import time
+from collections.abc import Callable
+from contextlib import suppress
+from pathlib import Path
+from typing import Any
+
+from gpubox import __version__
+from gpubox.paths import Paths, ensure_private_dir
+from gpubox.queue import proctree, supervise
+from gpubox.queue.gpus import GpuInfo, NoNvml, NvmlGpus
+from gpubox.queue.jobs import Job
+from gpubox.queue.schedule import QueueConfig, plan_pass
+from gpubox.queue.store import JobStore, StoreError
+from gpubox.queue.wire import SOCKET_NAME
+
+DB_NAME = "queue.db"
+LOCK_NAME = "daemon.lock"
+START_GRACE_S = 30.0  # a job recorded as started without a supervisor pid for this long never ran
+
+
+class AlreadyRunning(Exception):
+    """Another daemon holds this state directory."""
+
+
+def boot_id(env: dict[str, str] | None = None) -> str:
+    """This boot's id: jobs recorded under another one ran before a restart."""
+    env = dict(os.environ) if env is None else env
+    if env.get("GPUBOX_BOOT_ID"):
+        return env["GPUBOX_BOOT_ID"]
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as fh:
+            return fh.read().strip()
+    except OSError:
+        return "unknown"
+
+
+def lock_holder(paths: Paths) -> int | None:
+    """The pid of the daemon holding this state directory, or None when none does."""
+    path = paths.state_dir / LOCK_NAME
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            text = os.pread(fd, 32, 0).decode(errors="replace").strip()
+            return int(text) if text.isdigit() else -1
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        return None
+    finally:
+        os.close(fd)
+
+
+class Daemon:
+    def __init__(
+        self,
+        paths: Paths,
+        config: QueueConfig,
+        gpu_source: Any = None,
+        boot: str | None = None,
+        clock: Callable[[], float] = time.time,
+        log: Callable[[str], None] | None = None,
+    ) -> None:
+        self.paths = paths
+        self.config = config
+        self.gpus_source = gpu_source if gpu_source is not None else NvmlGpus()
+        self.boot = boot or boot_id()
+        self.clock = clock
+        self.log = log or (lambda line: print(f"gpubox daemon: {line}", file=sys.stderr, flush=True))
+        self.db_path = paths.state_dir / DB_NAME
+        self.socket_path = paths.runtime_dir / SOCKET_NAME
+        self.logs_dir = paths.state_dir / "logs"
+        self.children: dict[int, int] = {}  # supervisor pid -> job id
+        self.reasons: dict[int, str] = {}
+        self.last_gpus: list[GpuInfo] = []
+        self.started_at = clock()
+        self._stop = False
+        self._dirty = True
+        self._no_gpus_until = 0.0
+        self._last_pass = 0.0
+        self._active = True  # jobs were queued or running at the last pass
+
+    # Set-up
+
+    def _lock(self) -> int:
+        ensure_private_dir(self.paths.state_dir)
+        fd = os.open(self.paths.state_dir / LOCK_NAME, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 32, 0).decode(errors="replace").strip()
+            os.close(fd)
+            where = self.paths.state_dir
+            raise AlreadyRunning(f"a gpubox daemon (pid {holder or '?'}) already runs for {where}") from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        return fd
+
+    def _listen(self) -> socket.socket:
+        ensure_private_dir(self.paths.runtime_dir)
+        with suppress(FileNotFoundError):
+            os.unlink(self.socket_path)  # stale: we hold the lock, so no daemon listens on it
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        old = os.umask(0o177)
+        try:
+            sock.bind(str(self.socket_path))
+        finally:
+            os.umask(old)
+        os.chmod(self.socket_path, 0o600)
+        sock.listen(64)
+        sock.setblocking(False)
+        return sock
+
+    def run(self) -> int:
+        lock_fd = self._lock()
+        store = JobStore(self.db_path, clock=self.clock)
+        wake_r, wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+        listener: socket.socket | None = None
+        old_handlers: dict[signal.Signals, Any] = {}
+        try:
+            lost = store.lost_after_reboot(self.boot)
+            if lost:
+                self.log(f"marked lost after a restart of the machine: jobs {', '.join(map(str, lost))}")
+            listener = self._listen()
+            signal.set_wakeup_fd(wake_w)
+            for sig in (signal.SIGCHLD, signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+                old_handlers[sig] = signal.signal(sig, self._on_signal)
+            self.log(f"pid {os.getpid()}, state {self.paths.state_dir}, socket {self.socket_path}")
+            self._loop(store, listener, wake_r)
+        finally:
+            signal.set_wakeup_fd(-1)
+            for sig, handler in old_handlers.items():
+                signal.signal(sig, handler)
+            if listener is not None:
+                listener.close()
+                with suppress(FileNotFoundError):
+                    os.unlink(self.socket_path)
+            os.close(wake_r)
+            os.close(wake_w)
+            store.close()
+            self.gpus_source.close()
+            os.close(lock_fd)
+        self.log("stopped; running jobs go on under their supervisors")
+        return 0
+
+    def _on_signal(self, signum: int, _frame: object) -> None:
+        if signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+            self._stop = True
+
+    # The loop
+
+    def _loop(self, store: JobStore, listener: socket.socket, wake_r: int) -> None:
+        sel = selectors.DefaultSelector()
+        sel.register(listener, selectors.EVENT_READ, "listen")
+        sel.register(wake_r, selectors.EVENT_READ, "signal")
+        version = store.data_version()
+        while not self._stop:
+            for key, _ in sel.select(timeout=self.config.poll_interval_s):
+                if key.data == "listen":
+                    self._accept(listener, store)
+                else:
+                    with suppress(OSError):
+                        while os.read(wake_r, 4096):
+                            pass
+            if self._stop:
+                break
+            for pid, _status in proctree.reap_children():
+                if self.children.pop(pid, None) is not None:
+                    self._dirty = True
+            current = store.data_version()
+            if current != version:
+                version, self._dirty = current, True
+            due = self.clock() - self._last_pass >= self.config.poll_interval_s
+            if self._dirty or (due and self._active):
+                self._dirty = False
+                try:
+                    self._pass(store)
+                except StoreError as exc:
+                    self.log(f"scheduling pass failed: {exc}")
+                self._last_pass = self.clock()
+                version = store.data_version()
+        sel.close()
+
+    def _accept(self, listener: socket.socket, store: JobStore) -> None:
+        while True:
+            try:
+                conn, _ = listener.accept()
+            except (BlockingIOError, InterruptedError):
+                return
+            with conn:
+                conn.settimeout(1.0)
+                try:
+                    self._serve(conn, store)
+                except (OSError, ValueError) as exc:
+                    self.log(f"a client request failed: {exc}")
+
+    def _serve(self, conn: socket.socket, store: JobStore) -> None:
+        data = b""
+        while not data.endswith(b"\n") and len(data) < 65536:
+            chunk = conn.recv(4096)
+            if not chunk:
+                break
+            data += chunk
+        op = json.loads(data or b"{}").get("op")
+        answer: dict[str, Any]
+        if op == "wake":
+            self._dirty = True
+            return
+        if op == "status":
+            answer = self.status(store)
+        elif op == "view":
+            answer = {
+                "reasons": {str(k): v for k, v in self.reasons.items()},
+                "gpus": [{"index": g.index, "uuid": g.uuid} for g in self.last_gpus],
+            }
+        elif op == "stop":
+            self._stop = True
+            answer = {"stopping": True, "pid": os.getpid()}
+        else:
+            answer = {"error": f"unknown request {op!r}"}
+        conn.sendall(json.dumps(answer).encode() + b"\n")
+
+    def status(self, store: JobStore) -> dict[str, Any]:
+        counts: dict[str, int] = {}
+        for job in store.list(["queued", "running"]):
+            counts[job.state] = counts.get(job.state, 0) + 1
+        return {
+            "pid": os.getpid(),
+            "version": __version__,
+            "started_at": self.started_at,
+            "boot_id": self.boot,
+            "state_dir": str(self.paths.state_dir),
+            "socket": str(self.socket_path),
+            "queued": counts.get("queued", 0),
+            "running": counts.get("running", 0),
+            "paused": sorted(store.paused()),
+        }
+
+    # One pass
+
+    def _gpus(self) -> list[GpuInfo]:
+        if self.clock() < self._no_gpus_until:
+            return []
+        try:
+            self.last_gpus = list(self.gpus_source.read())
+            return self.last_gpus
+        except NoNvml:
+            self._no_gpus_until = self.clock() + 60.0  # no driver: do not try on every pass
+            return []
+
+    def _reconcile(self, store: JobStore, running: list[Job]) -> bool:
+        """End the attempts whose supervisor vanished without recording them; True if any."""
+        changed = False
+        now = self.clock()
+        for job in running:
+            if job.pid is not None and job.pid in self.children:
+                continue
+            if job.pid is None:
+                if now - (job.started_at or now) < START_GRACE_S:
+                    continue
+                outcome = supervise.Outcome(None, "lost", "the daemon stopped while starting it")
+            elif proctree.is_alive(job.pid, job.pid_start):
+                continue
+            else:
+                outcome = self._exit_record(job) or supervise.Outcome(
+                    None, "lost", f"its supervisor (pid {job.pid}) was killed; the exit code is unknown"
+                )
+            if store.finish(job.id, job.attempt, outcome.exit_code, outcome.outcome, outcome.reason):
+                self.log(f"job {job.id}: {outcome.outcome}" + (f" ({outcome.reason})" if outcome.reason else ""))
+                changed = True
+        return changed
+
+    def _exit_record(self, job: Job) -> supervise.Outcome | None:
+        prefix = store_attempt_prefix(self.logs_dir, job.id, job.attempt)
+        found = supervise.read_exit(supervise.log_paths(prefix)[2], job.attempt)
+        if found is not None and found.outcome == "cancelled" and job.request == "cancel":
+            return supervise.Outcome(found.exit_code, found.outcome, "cancelled on request")
+        return found
+
+    def _pass(self, store: JobStore) -> None:
+        for _ in range(10):  # a failed dependency can fail a chain of dependants: settle it
+            queued = store.list(["queued"])
+            running = store.list(["running"])
+            if self._reconcile(store, running):
+                continue
+            deps = {d for j in queued for d in j.spec.after}
+            known = {j.id: j.state for j in (*queued, *running)}
+            dep_states: dict[int, str | None] = {}
+            for dep in deps:
+                if dep in known:
+                    dep_states[dep] = known[dep]
+                else:
+                    found = store.get(dep)
+                    dep_states[dep] = found.state if found else None
+            self._active = bool(queued or running)
+            gpus = self._gpus() if queued else []
+            plan = plan_pass(queued, running, dep_states, gpus, store.paused(), self.clock(), self.config)
+            for job_id, reason in plan.failures.items():
+                if store.fail_queued(job_id, reason):
+                    self.log(f"job {job_id}: failed without running: {reason}")
+            self.reasons = plan.waits
+            by_id = {j.id: j for j in queued}
+            for start in plan.starts:
+                self._start(store, by_id[start.job_id], start.gpu_uuids)
+            for p in plan.preempts:
+                self._preempt(store, p.job_id, p.for_job_id)
+            if not plan.failures:
+                return
+
+    def _start(self, store: JobStore, job: Job, gpu_uuids: tuple[str, ...]) -> None:
+        attempt = job.attempt + 1
+        ensure_private_dir(self.logs_dir / str(job.id))
+        launch = supervise.Launch(
+            job_id=job.id,
+            attempt=attempt,
+            spec=job.spec,
+            gpu_uuids=gpu_uuids,
+            log_prefix=store_attempt_prefix(self.logs_dir, job.id, attempt),
+            boot_id=self.boot,
+            grace_s=self.config.kill_grace_s,
+            daemon_pid=os.getpid(),
+            socket_path=self.socket_path,
+        )
+        pid = supervise.start(launch, store)
+        if pid is not None:
+            self.children[pid] = job.id
+            self.reasons.pop(job.id, None)
+
+    def _preempt(self, store: JobStore, job_id: int, for_job: int) -> None:
+        job = store.request_stop(job_id, "preempt")
+        if job.state == "running" and job.pid is not None and proctree.is_alive(job.pid, job.pid_start):
+            with suppress(ProcessLookupError, PermissionError):
+                os.kill(job.pid, signal.SIGUSR1)  # the supervisor's "preempt": stop the tree, then requeue
+            self.log(f"job {job_id} (batch) preempted for job {for_job} (infer)")
+
+
+def store_attempt_prefix(logs_dir: Path, job_id: int, attempt: int) -> Path:
+    """Where an attempt's logs live: `<prefix>.out`, `<prefix>.err` and `<prefix>.exit`."""
+    return logs_dir / str(job_id) / str(attempt)

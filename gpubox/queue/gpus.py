@@ -1,0 +1,91 @@
+"""The box's GPUs as the queue sees them: index, UUID and memory, straight from NVML.
+
+The daemon asks once per scheduling pass, and only when a job waits for a GPU. Memory used
+counts every process on the GPU, inside the queue or not, which is what placement needs.
+pynvml is imported on first use, so clients that never name a GPU never pay for it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from contextlib import suppress
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class GpuInfo:
+    index: int
+    uuid: str
+    mem_total_bytes: int
+    mem_used_bytes: int
+
+
+class NoNvml(Exception):
+    """NVML cannot be loaded or initialised: no driver, or no permission."""
+
+
+class NvmlGpus:
+    def __init__(self) -> None:
+        self._nvml: Any = None
+        self._handles: list[tuple[int, str, Any]] = []
+
+    def _open(self) -> Any:
+        if self._nvml is None:
+            try:
+                import pynvml
+
+                pynvml.nvmlInit()
+                handles = []
+                for index in range(pynvml.nvmlDeviceGetCount()):
+                    handle = pynvml.nvmlDeviceGetHandleByIndex(index)
+                    uuid = pynvml.nvmlDeviceGetUUID(handle)
+                    handles.append((index, uuid.decode() if isinstance(uuid, bytes) else str(uuid), handle))
+            except Exception as exc:  # pynvml raises NVMLError subclasses, OSError or ImportError
+                raise NoNvml(f"NVML is not available ({exc})") from None
+            self._nvml, self._handles = pynvml, handles
+        return self._nvml
+
+    def read(self) -> list[GpuInfo]:
+        """Every GPU with its memory now; NoNvml when there is no driver."""
+        nvml = self._open()
+        out: list[GpuInfo] = []
+        for index, uuid, handle in self._handles:
+            try:
+                mem = nvml.nvmlDeviceGetMemoryInfo(handle)
+                total, used = int(mem.total), int(mem.used)
+            except Exception:
+                # A GPU that cannot say how much memory is free looks full: nothing lands on it.
+                total, used = 1, 1
+            out.append(GpuInfo(index, uuid, total, used))
+        return out
+
+    def close(self) -> None:
+        if self._nvml is not None:
+            with suppress(Exception):
+                self._nvml.nvmlShutdown()
+            self._nvml = None
+
+
+def resolve_gpus(texts: Sequence[str], gpus: Sequence[GpuInfo]) -> tuple[str, ...]:
+    """UUIDs for GPUs named by index, full UUID or a unique UUID prefix; ValueError otherwise."""
+    out: list[str] = []
+    for raw in texts:
+        text = raw.strip()
+        if not text:
+            raise ValueError("an empty GPU in the --gpu list")
+        if text.isdigit():
+            match = [g for g in gpus if g.index == int(text)]
+            if not match:
+                have = f"0-{len(gpus) - 1}" if gpus else "none"
+                raise ValueError(f"no GPU {text} on this box (GPUs: {have})")
+        else:
+            match = [g for g in gpus if g.uuid.lower().startswith(text.lower())]
+            if not match:
+                raise ValueError(f"no GPU with UUID {text} on this box")
+            if len(match) > 1:
+                raise ValueError(f"GPU UUID prefix {text} matches {len(match)} GPUs; give more of it")
+        if match[0].uuid in out:
+            raise ValueError(f"GPU {text} is named twice")
+        out.append(match[0].uuid)
+    return tuple(out)

@@ -1,0 +1,157 @@
+"""A job's process tree, found through /proc, and how to stop all of it.
+
+A job's supervisor is a child subreaper, so processes that its job orphans (daemonized helpers,
+a shell's background children) are re-parented to the supervisor instead of init and stay in
+its tree even when they leave the job's process group or session.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import signal
+import time
+from collections.abc import Callable
+from contextlib import suppress
+
+_PR_SET_CHILD_SUBREAPER = 36
+
+
+def _stat_fields(pid: int) -> list[bytes] | None:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            data = fh.read()
+    except OSError:
+        return None
+    # The command name may hold spaces and parentheses: fields start after the last ')'.
+    return data[data.rfind(b")") + 2 :].split()
+
+
+def start_ticks(pid: int) -> int | None:
+    """When the process started, in clock ticks since boot; None when it is gone."""
+    fields = _stat_fields(pid)
+    return int(fields[19]) if fields else None
+
+
+def is_alive(pid: int, ticks: int | None) -> bool:
+    """True when `pid` runs and, when `ticks` is known, is the process that started then."""
+    fields = _stat_fields(pid)
+    if fields is None or fields[0] == b"Z":
+        return False
+    return ticks is None or int(fields[19]) == ticks
+
+
+def _parents() -> dict[int, int]:
+    """pid -> parent pid for every live (not zombie) process we can see."""
+    out: dict[int, int] = {}
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        fields = _stat_fields(int(name))
+        if fields and fields[0] != b"Z":
+            out[int(name)] = int(fields[1])
+    return out
+
+
+def descendants(root: int) -> set[int]:
+    """Every live process below `root`."""
+    children: dict[int, list[int]] = {}
+    for pid, ppid in _parents().items():
+        children.setdefault(ppid, []).append(pid)
+    found: set[int] = set()
+    todo = list(children.get(root, []))
+    while todo:
+        pid = todo.pop()
+        if pid not in found:
+            found.add(pid)
+            todo.extend(children.get(pid, []))
+    return found
+
+
+def become_subreaper() -> bool:
+    """Adopt this process's orphaned descendants (Linux); False where the kernel says no."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        return int(libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)) == 0
+    except (OSError, AttributeError):
+        return False
+
+
+def reap_children() -> list[tuple[int, int]]:
+    """Collect every child that has exited, without blocking: (pid, wait status) for each."""
+    done: list[tuple[int, int]] = []
+    while True:
+        try:
+            pid, status = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return done
+        if pid == 0:
+            return done
+        done.append((pid, status))
+
+
+def has_children() -> bool:
+    """True while this process has a child, exited or not (cheaper than a scan of /proc)."""
+    try:
+        os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+    except ChildProcessError:
+        return False
+    return True
+
+
+def signal_tree(root: int, pgid: int | None, sig: int) -> int:
+    """Send `sig` to the job's process group and to every descendant of `root`; how many got it."""
+    sent = 0
+    if pgid is not None:
+        with suppress(ProcessLookupError, PermissionError):
+            os.killpg(pgid, sig)
+            sent += 1
+    for pid in descendants(root):
+        with suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, sig)
+            sent += 1
+    return sent
+
+
+def stop_tree(
+    root: int,
+    pgid: int | None,
+    grace_s: float,
+    on_reaped: Callable[[int, int], None] = lambda pid, status: None,
+    sleep: Callable[[float], None] = time.sleep,
+) -> bool:
+    """SIGTERM the whole tree, wait up to `grace_s` for it to go, then SIGKILL what is left.
+
+    `root` is this process (the subreaper); children that exit are reaped here and passed to
+    `on_reaped`. Returns True when SIGKILL was needed.
+    """
+    signal_tree(root, pgid, signal.SIGTERM)
+    deadline = time.monotonic() + grace_s
+    while True:
+        for pid, status in reap_children():
+            on_reaped(pid, status)
+        if not descendants(root):
+            return False
+        if time.monotonic() >= deadline:
+            break
+        sleep(0.05)
+    signal_tree(root, pgid, signal.SIGKILL)
+    for _ in range(200):  # SIGKILL cannot be caught; the tree is gone within milliseconds
+        for pid, status in reap_children():
+            on_reaped(pid, status)
+        if not descendants(root):
+            break
+        sleep(0.01)
+    return True
+
+
+def exit_code_of(status: int) -> tuple[int, str | None]:
+    """A wait status as a shell reports it (128 + N for signal N), with a note for signals."""
+    if os.WIFSIGNALED(status):
+        sig = os.WTERMSIG(status)
+        try:
+            name = signal.Signals(sig).name
+        except ValueError:
+            name = f"signal {sig}"
+        return 128 + sig, f"killed by {name}"
+    return os.waitstatus_to_exitcode(status), None

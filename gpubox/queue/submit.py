@@ -1,0 +1,234 @@
+"""From what a user typed to job specs: `queue add` options, and job files (`--file`).
+
+A job file has one job per line: a command line (split as a shell would, run without a shell)
+or a JSON object with the command and options. Blank lines and lines starting with # are
+skipped. Options given on the command line are defaults for every line. Every error names the
+line, and no job is added when any line is wrong.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from gpubox.queue.gpus import GpuInfo, resolve_gpus
+from gpubox.queue.jobs import JobSpec
+from gpubox.queue.parse import parse_duration, parse_env, parse_ids, parse_kind, parse_size, parse_tag
+from gpubox.queue.policy import gib
+
+NO_COMMAND = "no command given (put it after --, as in: gpubox queue add -- python train.py)"
+
+
+@dataclass(frozen=True)
+class AddOptions:
+    name: str | None = None
+    kind: str | None = None
+    gpus: int | None = None
+    gpu: str | None = None  # "0,2" or UUIDs
+    gpu_mem: str | None = None
+    priority: int | None = None
+    after: str | None = None
+    time_limit: str | None = None
+    retries: int | None = None
+    tags: tuple[str, ...] = ()
+    env: tuple[str, ...] = ()
+    cwd: str | None = None
+    shell: bool = False
+    probe: bool = True
+    share: bool = False
+
+    @property
+    def wants_gpus(self) -> bool:
+        """True when the options name GPUs, so they must be checked against the box."""
+        return self.gpu is not None or self.gpu_mem is not None or (self.gpus is not None and self.gpus > 0)
+
+
+@dataclass
+class GpuLookup:
+    """The box's GPUs, read once and only if an option needs them."""
+
+    read: Callable[[], list[GpuInfo]]
+    _gpus: list[GpuInfo] | None = field(default=None)
+
+    def __call__(self) -> list[GpuInfo]:
+        if self._gpus is None:
+            self._gpus = self.read()
+        return self._gpus
+
+
+def build_spec(
+    argv: Sequence[str],
+    opts: AddOptions,
+    base_env: Mapping[str, str],
+    base_cwd: str,
+    gpus: Callable[[], list[GpuInfo]],
+) -> JobSpec:
+    """One job from a command and options; ValueError with one line when anything is wrong."""
+    words = [w for w in argv]
+    if not words or not words[0].strip():
+        raise ValueError(NO_COMMAND)
+    env = dict(base_env)
+    for item in opts.env:
+        key, value = parse_env(item)
+        env[key] = value
+    tags: dict[str, str] = {}
+    for item in opts.tags:
+        key, value = parse_tag(item)
+        tags[key] = value
+    cwd = os.path.abspath(os.path.join(base_cwd, os.path.expanduser(opts.cwd))) if opts.cwd else base_cwd
+    if not os.path.isdir(cwd):
+        raise ValueError(f"working directory {cwd} does not exist")
+    if opts.name is not None and (not opts.name.strip() or "\n" in opts.name):
+        raise ValueError(f"invalid name {opts.name!r}: expected one non-empty line")
+    if opts.priority is not None and not -1000 <= opts.priority <= 1000:
+        raise ValueError(f"invalid priority {opts.priority}: expected -1000 to 1000")
+    if opts.retries is not None and not 0 <= opts.retries <= 100:
+        raise ValueError(f"invalid retries {opts.retries}: expected 0 to 100")
+    if opts.gpus is not None and opts.gpus < 0:
+        raise ValueError(f"invalid GPU count {opts.gpus}: expected 0 or more")
+    gpu_ids: tuple[str, ...] | None = None
+    mem = parse_size(opts.gpu_mem) if opts.gpu_mem is not None else None
+    if opts.gpus == 0 and (opts.gpu is not None or mem is not None):
+        raise ValueError("--gpus 0 makes a CPU-only job: it cannot also ask for --gpu or --gpu-mem")
+    if opts.wants_gpus:
+        box = gpus()
+        if opts.gpu is not None:
+            gpu_ids = resolve_gpus(opts.gpu.split(","), box)
+            if opts.gpus is not None and opts.gpus != len(gpu_ids):
+                raise ValueError(f"--gpus {opts.gpus} and --gpu {opts.gpu} disagree on how many GPUs")
+        elif opts.gpus is not None and opts.gpus > len(box):
+            raise ValueError(f"asks for {opts.gpus} GPUs; this box has {len(box)}")
+        if mem is not None:
+            pool = [g for g in box if gpu_ids is None or g.uuid in gpu_ids]
+            largest = max((g.mem_total_bytes for g in pool), default=0)
+            if mem > largest:
+                raise ValueError(f"--gpu-mem {opts.gpu_mem} is more than any GPU has (the largest has {gib(largest)})")
+    limit = parse_duration(opts.time_limit) if opts.time_limit is not None else None
+    after = parse_ids(opts.after) if opts.after else ()
+    shell = opts.shell
+    return JobSpec(
+        argv=(" ".join(words),) if shell else tuple(words),
+        cwd=cwd,
+        env=env,
+        kind=parse_kind(opts.kind) if opts.kind is not None else "other",
+        name=opts.name,
+        gpus=opts.gpus if gpu_ids is None else None,
+        gpu_ids=gpu_ids,
+        gpu_mem_bytes=mem,
+        priority=opts.priority or 0,
+        after=after,
+        time_limit_s=limit,
+        retries=opts.retries or 0,
+        tags=tags,
+        shell=shell,
+        probe=opts.probe,
+        share=opts.share,
+    )
+
+
+_JSON_KEYS = {
+    "cmd",
+    "argv",
+    "name",
+    "kind",
+    "gpus",
+    "gpu",
+    "gpu_mem",
+    "priority",
+    "after",
+    "time_limit",
+    "retries",
+    "tags",
+    "env",
+    "cwd",
+    "shell",
+    "probe",
+    "share",
+}
+
+
+def _as_int(value: Any, key: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(f"{key!r} must be a whole number, not {value!r}")
+    return value
+
+
+def _as_text(value: Any, key: str) -> str:
+    if isinstance(value, bool) or not isinstance(value, (str, int, float)):
+        raise ValueError(f"{key!r} must be text, not {value!r}")
+    return str(value)
+
+
+def _json_job(doc: Any, defaults: AddOptions) -> tuple[list[str], AddOptions]:
+    if not isinstance(doc, dict):
+        raise ValueError("a JSON line must be an object")
+    unknown = sorted(set(doc) - _JSON_KEYS)
+    if unknown:
+        raise ValueError(f"unknown key {unknown[0]!r} (expected some of: {', '.join(sorted(_JSON_KEYS))})")
+    opts = defaults
+    changes: dict[str, Any] = {}
+    for key in ("name", "kind", "gpu_mem", "time_limit", "cwd"):
+        if key in doc:
+            changes[key] = _as_text(doc[key], key)
+    for key in ("gpus", "priority", "retries"):
+        if key in doc:
+            changes[key] = _as_int(doc[key], key)
+    for key in ("shell", "probe", "share"):
+        if key in doc:
+            if not isinstance(doc[key], bool):
+                raise ValueError(f"{key!r} must be true or false, not {doc[key]!r}")
+            changes[key] = doc[key]
+    if "gpu" in doc:
+        gpu = doc["gpu"]
+        changes["gpu"] = ",".join(_as_text(g, "gpu") for g in gpu) if isinstance(gpu, list) else _as_text(gpu, "gpu")
+    if "after" in doc:
+        after = doc["after"]
+        items = after if isinstance(after, list) else [after]
+        changes["after"] = ",".join(str(_as_int(a, "after")) if not isinstance(a, str) else a for a in items)
+    for key in ("tags", "env"):
+        if key in doc:
+            if not isinstance(doc[key], dict):
+                raise ValueError(f"{key!r} must be an object of names to values")
+            pairs = tuple(f"{k}={_as_text(v, key)}" for k, v in doc[key].items())
+            changes[key] = (*getattr(defaults, key), *pairs)
+    opts = replace(opts, **changes)
+    if ("cmd" in doc) == ("argv" in doc):
+        raise ValueError("give the command as \"cmd\" (a string) or \"argv\" (a list), one of them")
+    if "argv" in doc:
+        argv = doc["argv"]
+        if not isinstance(argv, list) or not all(isinstance(a, str) for a in argv):
+            raise ValueError("'argv' must be a list of strings")
+        return list(argv), opts
+    cmd = doc["cmd"]
+    if not isinstance(cmd, str):
+        raise ValueError("'cmd' must be a string")
+    return ([cmd] if opts.shell else shlex.split(cmd)), opts
+
+
+def parse_job_file(text: str, source: str, defaults: AddOptions) -> list[tuple[int, list[str], AddOptions]]:
+    """(line number, argv, options) for each job in a job file."""
+    jobs: list[tuple[int, list[str], AddOptions]] = []
+    for number, raw in enumerate(text.splitlines(), start=1):
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        try:
+            if line.startswith("{"):
+                try:
+                    doc = json.loads(line)
+                except ValueError as exc:
+                    raise ValueError(f"not valid JSON ({exc})") from None
+                argv, opts = _json_job(doc, defaults)
+            else:
+                argv = [line] if defaults.shell else shlex.split(line)
+                opts = defaults
+        except ValueError as exc:
+            raise ValueError(f"{source}:{number}: {exc}") from None
+        jobs.append((number, argv, opts))
+    if not jobs:
+        raise ValueError(f"{source}: no jobs in the file")
+    return jobs

@@ -1,0 +1,247 @@
+"""A job's supervisor: the process between the daemon and the job, which outlives the daemon.
+
+The daemon forks one supervisor per attempt. The supervisor leaves the daemon's session, waits
+for the daemon to record the start (so a job never runs unrecorded or twice), then runs the job
+in its own process group with its logs, GPUs and environment. It enforces the time limit and
+stops the whole tree when asked: SIGTERM cancels, SIGUSR1 preempts. It never opens the database
+(SQLite connections do not survive a fork): it leaves the outcome in `<log prefix>.exit`, a
+file written once and renamed into place, and the daemon, or the next daemon if this one was
+killed, records it from there. Killing or restarting the daemon loses nothing.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import select
+import signal
+import subprocess
+import time
+from contextlib import suppress
+from dataclasses import dataclass
+from pathlib import Path
+
+from gpubox.probe.launch import probe_environment
+from gpubox.queue import proctree
+from gpubox.queue.jobs import JobSpec
+from gpubox.queue.store import JobStore
+from gpubox.queue.wire import poke
+
+NOT_FOUND = 127
+NOT_EXECUTABLE = 126
+
+
+@dataclass(frozen=True)
+class Launch:
+    job_id: int
+    attempt: int  # the number this attempt will have
+    spec: JobSpec
+    gpu_uuids: tuple[str, ...]
+    log_prefix: Path
+    boot_id: str
+    grace_s: float
+    daemon_pid: int
+    socket_path: Path
+
+
+@dataclass(frozen=True)
+class Outcome:
+    exit_code: int | None
+    outcome: str
+    reason: str | None
+
+
+def job_environment(spec: JobSpec, job_id: int, attempt: int, gpu_uuids: tuple[str, ...]) -> dict[str, str]:
+    """The environment captured at submission, with the job's GPUs (by UUID) and its identity."""
+    env = dict(spec.env)
+    env["CUDA_VISIBLE_DEVICES"] = ",".join(gpu_uuids)  # empty for a CPU-only job: no GPU at all
+    env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
+    env["GPUBOX_JOB_ID"] = str(job_id)
+    env["GPUBOX_JOB_KIND"] = spec.kind
+    env["GPUBOX_JOB_ATTEMPT"] = str(attempt)
+    return probe_environment(env) if spec.probe else env
+
+
+def job_argv(spec: JobSpec) -> list[str]:
+    return ["/bin/sh", "-c", spec.argv[0]] if spec.shell else list(spec.argv)
+
+
+def log_paths(prefix: Path) -> tuple[Path, Path, Path]:
+    """The attempt's stdout log, stderr log and exit record."""
+    return Path(f"{prefix}.out"), Path(f"{prefix}.err"), Path(f"{prefix}.exit")
+
+
+def start(launch: Launch, store: JobStore) -> int | None:
+    """Fork the supervisor and record the start; its pid, or None when the job was not started."""
+    go_r, go_w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the supervisor
+        code = 1
+        try:
+            os.close(go_w)
+            code = _supervise(launch, go_r)
+        finally:
+            os._exit(code)
+    os.close(go_r)
+    started = False
+    try:
+        started = store.mark_started(
+            launch.job_id,
+            pid,
+            launch.gpu_uuids,
+            launch.boot_id,
+            str(launch.log_prefix),
+            pid_start=proctree.start_ticks(pid),
+        )
+    finally:
+        os.write(go_w, b"1" if started else b"0")
+        os.close(go_w)
+    return pid if started else None
+
+
+def _supervise(launch: Launch, go_r: int) -> int:
+    os.setsid()  # out of the daemon's session: its terminal and its signals are not ours
+    signal.set_wakeup_fd(-1)
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGCHLD, signal.SIGUSR1):
+        signal.signal(sig, signal.SIG_DFL)
+    # Nothing the daemon held open (its lock, socket, database) may stay open here.
+    os.closerange(3, go_r)
+    os.closerange(go_r + 1, 1 << 16)
+    go = b""
+    with suppress(OSError):
+        go = os.read(go_r, 1)
+    os.close(go_r)
+    if go != b"1":
+        return 0  # the start was not recorded: do not run
+    proctree.become_subreaper()
+    out_path, err_path, exit_path = log_paths(launch.log_prefix)
+    out = os.open(out_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600)
+    err = os.open(err_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600)
+    result = _run(launch, out, err)
+    write_exit(exit_path, launch.attempt, result)
+    if os.getppid() != launch.daemon_pid:  # the daemon that started us is gone: tell its successor
+        poke(launch.socket_path)
+    return 0
+
+
+def write_exit(path: Path, attempt: int, result: Outcome) -> None:
+    """Leave the outcome where the daemon looks for it: whole or not at all (write, then rename)."""
+    tmp = path.with_name(path.name + ".tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+    try:
+        os.write(fd, json.dumps({"attempt": attempt, **result.__dict__}).encode())
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+
+
+def read_exit(path: Path, attempt: int) -> Outcome | None:
+    """The outcome a supervisor left for `attempt`, or None when there is none."""
+    try:
+        data = json.loads(path.read_text())
+        if data.get("attempt") == attempt and data.get("outcome"):
+            return Outcome(data.get("exit_code"), str(data["outcome"]), data.get("reason"))
+    except (OSError, ValueError, AttributeError):
+        pass
+    return None
+
+
+def _note(fd: int, message: str) -> None:
+    with suppress(OSError):
+        os.write(fd, f"gpubox: {message}\n".encode(errors="replace"))
+
+
+def _spawn(launch: Launch, out: int, err: int) -> subprocess.Popen[bytes] | Outcome:
+    spec = launch.spec
+    if not os.path.isdir(spec.cwd):
+        message = f"the working directory {spec.cwd} does not exist"
+        _note(err, message)
+        return Outcome(None, "failed", message)
+    argv = job_argv(spec)
+    env = job_environment(spec, launch.job_id, launch.attempt, launch.gpu_uuids)
+    for attempt_argv in (argv, None):
+        try:
+            return subprocess.Popen(
+                attempt_argv or ["/bin/sh", *argv],
+                cwd=spec.cwd,
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=err,
+                process_group=0,
+            )
+        except FileNotFoundError:
+            message, code = f"{argv[0]}: command not found", NOT_FOUND
+        except PermissionError:
+            message, code = f"{argv[0]}: permission denied", NOT_EXECUTABLE
+        except OSError as exc:
+            message, code = f"{argv[0]}: {exc.strerror or exc}", NOT_EXECUTABLE
+            if exc.errno == errno.ENOEXEC and attempt_argv is not None:
+                continue  # a script without #!: a shell runs it, as a shell would
+        break
+    _note(err, message)
+    return Outcome(code, "failed", message)
+
+
+def _run(launch: Launch, out: int, err: int) -> Outcome:
+    wake_r, wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+    stop_asked: list[int] = []
+    signal.set_wakeup_fd(wake_w)
+    signal.signal(signal.SIGCHLD, lambda *_: None)
+    signal.signal(signal.SIGTERM, lambda signum, _: stop_asked.append(signum))
+    signal.signal(signal.SIGUSR1, lambda signum, _: stop_asked.append(signum))
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    proc = _spawn(launch, out, err)
+    if isinstance(proc, Outcome):
+        return proc
+    me = os.getpid()
+    limit = launch.spec.time_limit_s
+    deadline = time.monotonic() + limit if limit is not None else None
+    status: int | None = None
+    stopped_for: str | None = None
+
+    def reaped(pid: int, st: int) -> None:
+        nonlocal status
+        if pid == proc.pid:
+            status = st
+
+    while status is None:
+        for pid, st in proctree.reap_children():
+            reaped(pid, st)
+        if status is not None:
+            break
+        if stop_asked:
+            stopped_for = "preempt" if signal.SIGUSR1 in stop_asked else "cancel"
+            proctree.stop_tree(me, proc.pid, launch.grace_s, reaped)
+            break
+        if deadline is not None and time.monotonic() >= deadline:
+            stopped_for = "timeout"
+            _note(err, f"time limit of {limit:g}s reached; stopping the job")
+            proctree.stop_tree(me, proc.pid, launch.grace_s, reaped)
+            break
+        wait = 5.0 if deadline is None else max(0.0, min(5.0, deadline - time.monotonic()))
+        with suppress(InterruptedError):
+            select.select([wake_r], [], [], wait)
+        with suppress(OSError):
+            os.read(wake_r, 512)
+    # As a subreaper, this process inherits every orphan of the job: no child, no descendant.
+    left = proctree.descendants(me) if proctree.has_children() else set()
+    if left:  # what the job left running would hold its GPUs: it ends with the job
+        proctree.stop_tree(me, None, launch.grace_s, reaped)
+        _note(err, f"stopped {len(left)} process(es) the job left running")
+    if status is None:  # killed so hard it was never reaped above
+        with suppress(ChildProcessError):
+            _, status = os.waitpid(proc.pid, 0)
+    code, signal_note = proctree.exit_code_of(status if status is not None else 9)
+    if stopped_for == "timeout":
+        return Outcome(code, "timeout", f"time limit of {limit:g}s reached")
+    if stopped_for == "preempt":
+        return Outcome(code, "preempted", "stopped to make room for an infer job")
+    if stopped_for == "cancel":
+        return Outcome(code, "cancelled", "stopped by SIGTERM")
+    if code == 0:
+        return Outcome(0, "succeeded", None)
+    return Outcome(code, "failed", signal_note or f"exit code {code}")
