@@ -1,0 +1,154 @@
+"""Fixtures for tests that run the real queue: a private state and runtime directory, the CLI
+as a subprocess, and a teardown that kills every daemon, supervisor and job the test started."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sqlite3
+import subprocess
+import time
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import suppress
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gpubox.queue import proctree
+from tests.helpers import run_gpubox
+
+
+@dataclass
+class QueueBox:
+    """One private queue: its environment, its paths, and the CLI bound to them."""
+
+    home: Path
+    env: dict[str, str]
+    extra_env: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def state_dir(self) -> Path:
+        return Path(self.env["GPUBOX_STATE_DIR"])
+
+    @property
+    def runtime_dir(self) -> Path:
+        return Path(self.env["GPUBOX_RUNTIME_DIR"])
+
+    @property
+    def db(self) -> Path:
+        return self.state_dir / "queue.db"
+
+    def __call__(self, *args: str, env: Mapping[str, str] | None = None, timeout: float = 60) -> Any:
+        """Run `gpubox ARGS` with this queue's environment."""
+        return run_gpubox(*args, env={**self.env, **self.extra_env, **(env or {})}, timeout=timeout)
+
+    def add(self, *args: str, env: Mapping[str, str] | None = None) -> int:
+        """`gpubox queue add ARGS`; the new job's id (fails the test when the add fails)."""
+        result = self("queue", "add", *args, env=env)
+        assert result.returncode == 0, result.stderr
+        return int(result.stdout.strip())
+
+    def rows(self, sql: str = "SELECT * FROM jobs ORDER BY id") -> list[tuple[Any, ...]]:
+        """Rows straight from the database (read-only), to assert what is stored."""
+        if not self.db.exists():
+            return []
+        db = sqlite3.connect(f"file:{self.db}?mode=ro", uri=True)
+        try:
+            return list(db.execute(sql).fetchall())
+        finally:
+            db.close()
+
+    def job(self, job_id: int) -> dict[str, Any]:
+        db = sqlite3.connect(f"file:{self.db}?mode=ro", uri=True)
+        db.row_factory = sqlite3.Row
+        try:
+            row = db.execute("SELECT * FROM jobs WHERE id = ?", (job_id,)).fetchone()
+            return dict(row) if row else {}
+        finally:
+            db.close()
+
+    def wait_state(self, job_id: int, states: tuple[str, ...], timeout: float = 30.0) -> dict[str, Any]:
+        """Poll the database until the job is in one of `states`; its row."""
+        deadline = time.monotonic() + timeout
+        while True:
+            row = self.job(job_id) if self.db.exists() else {}
+            if row.get("state") in states:
+                return row
+            if time.monotonic() > deadline:
+                raise AssertionError(f"job {job_id} is {row.get('state')!r}, not in {states} after {timeout}s: {row}")
+            time.sleep(0.05)
+
+    def daemon_pid(self) -> int | None:
+        from gpubox.paths import resolve_paths
+        from gpubox.queue.daemon import lock_holder
+
+        return lock_holder(resolve_paths(self.env))
+
+    def start_daemon(self, env: Mapping[str, str] | None = None) -> subprocess.Popen[bytes]:
+        """`gpubox daemon` in the background (as systemd would run it); waits until it listens."""
+        import sys
+
+        log = open(self.home / "daemon-test.log", "ab")  # noqa: SIM115 - handed to the child
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "gpubox", "daemon"],
+            env={**os.environ, **self.env, **self.extra_env, **(env or {})},
+            stdout=log,
+            stderr=log,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+        log.close()
+        sock = self.runtime_dir / "queue.sock"
+        deadline = time.monotonic() + 20
+        while not sock.exists():
+            assert proc.poll() is None, (self.home / "daemon-test.log").read_text()
+            assert time.monotonic() < deadline, "the daemon did not start listening"
+            time.sleep(0.02)
+        return proc
+
+
+def kill_everything(box: QueueBox) -> None:
+    """SIGKILL the daemon and every supervisor recorded, with all their descendants."""
+    pids: set[int] = set()
+    holder = box.daemon_pid()
+    if holder and holder > 0:
+        pids.add(holder)
+    with suppress(sqlite3.Error):
+        for (pid,) in box.rows("SELECT pid FROM attempts WHERE pid IS NOT NULL"):
+            pids.add(pid)
+    for pid in list(pids):
+        pids |= proctree.descendants(pid)
+    for pid in pids:
+        with suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, signal.SIGKILL)
+
+
+@pytest.fixture
+def queue(isolated_env: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[QueueBox]:
+    home = isolated_env
+    env = {
+        "HOME": str(home),
+        "GPUBOX_STATE_DIR": str(home / "state"),
+        "GPUBOX_RUNTIME_DIR": str(home / "run"),
+        "GPUBOX_SYSTEM_CONFIG": str(home / "etc-gpubox-config.toml"),
+        # Quick tests: a short grace between SIGTERM and SIGKILL, and frequent polling.
+        "GPUBOX_QUEUE_KILL_GRACE": "2",
+        "GPUBOX_QUEUE_POLL_INTERVAL": "0.2",
+    }
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)  # in-process calls see the same queue as the CLI
+    box = QueueBox(home, env)
+    try:
+        yield box
+    finally:
+        kill_everything(box)
+
+
+def wait_until(check: Callable[[], bool], timeout: float = 20.0, what: str = "condition") -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.05)
