@@ -72,3 +72,10 @@ def uptime(start: float | None, now: float | None = None) -> str:
     if hours:
         return f"{hours}h{mins:02d}m"
     return f"{mins}m{secs:02d}s"
+
+
+def job(job_id: int | None, kind: str | None) -> str:
+    """The gpubox queue job a process belongs to, as "12 train"; a dash for none."""
+    if job_id is None:
+        return DASH
+    return f"{job_id} {kind}" if kind else str(job_id)

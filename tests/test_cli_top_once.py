@@ -29,6 +29,12 @@ def test_json_envelope_on_the_simulated_box() -> None:
     assert 0 < probed["loader_wait"] <= 1 and probed["batches_per_s"] > 0 and "loader_wait" not in probed["reasons"]
     assert unknown["loader_wait"] is None and unknown["reasons"]["loader_wait"] == "not_measured"
     assert by_source["sampled"]["loader_wait_samples"] > 0
+    # Some of the demo's processes were started by the gpubox queue; the others by hand.
+    by_pid = {p["pid"]: p for p in data["processes"]}
+    trainer, quantizer, server = by_pid[10_000], by_pid[10_034], by_pid[10_017]
+    assert (trainer["job_id"], trainer["job_kind"]) == (12, "train")
+    assert (quantizer["job_id"], quantizer["job_kind"]) == (14, "quantize")
+    assert (server["job_id"], server["job_kind"]) == (None, None) and "job_id" not in server["reasons"]
 
 
 def test_json_implies_once_and_gpu_filter_keeps_only_those_gpus() -> None:
@@ -50,6 +56,8 @@ def test_table_output_lists_gpus_and_processes() -> None:
     assert res.returncode == 0, res.stderr
     assert "NVIDIA H100 80GB HBM3" in res.stdout
     assert "python train.py --model llama-8b --bs 16" in res.stdout
+    (trainer,) = [line for line in res.stdout.splitlines() if line.startswith("10000 ")]
+    assert "  12 train  " in trainer and "Job" in res.stdout
     assert "\x1b[" not in res.stdout  # no escape codes in a pipe
 
 

@@ -228,3 +228,37 @@ def test_processes_with_real_pids_get_user_command_and_cpu(tmp_path: Path) -> No
     finally:
         child.kill()
         child.wait()
+
+
+def test_processes_started_by_the_queue_show_their_job(tmp_path: Path) -> None:
+    import os
+    import subprocess
+    import sys
+
+    argv = [sys.executable, "-c", "import time; time.sleep(60)"]
+    plain_env = {k: v for k, v in os.environ.items() if not k.startswith("GPUBOX_JOB_")}
+    job = subprocess.Popen(argv, env={**plain_env, "GPUBOX_JOB_ID": "7", "GPUBOX_JOB_KIND": "train"})
+    plain = subprocess.Popen(argv, env=plain_env)
+    try:
+        box = scenarios.with_pids(scenarios.hopper(gpus=1, processes=2), [job.pid, plain.pid])
+        code, doc, err = top_json(box, tmp_path)
+        assert code == 0, err
+        procs = {p["pid"]: p for p in doc["data"]["processes"]}
+        assert (procs[job.pid]["job_id"], procs[job.pid]["job_kind"]) == (7, "train")
+        assert (procs[plain.pid]["job_id"], procs[plain.pid]["job_kind"]) == (None, None)
+        assert "job_id" not in procs[job.pid]["reasons"] and "job_id" not in procs[plain.pid]["reasons"]
+
+        path = box.write(tmp_path / "scenario.txt")
+        env = {**fake_nvml_env(path, box.library_variant), "COLUMNS": "200"}
+        res = run_gpubox("top", "--once", "--no-color", "--interval", "0.05", env=env)
+        assert res.returncode == 0, res.stderr
+        lines = res.stdout.splitlines()
+        (header,) = [line for line in lines if line.lstrip().startswith("PID ")]
+        at = header.index("Job")  # the column is left-justified under its header
+        rows = {line.split()[0]: line for line in lines if line.strip()}
+        assert rows[str(job.pid)][at:].split()[:2] == ["7", "train"]
+        assert rows[str(plain.pid)][at:].split()[0] == "–"
+    finally:
+        for child in (job, plain):
+            child.kill()
+            child.wait()

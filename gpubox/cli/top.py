@@ -41,8 +41,9 @@ def top(
     sm_active and sm_occupancy (from GPM on Hopper and newer; "–" where the GPU has no GPM),
     PCIe RX/TX with the link's current and maximum generation and width, memory, power,
     temperature, clocks and throttle reasons. The process table joins every GPU's processes
-    with their user, CPU, RSS and command line. A figure the GPU or driver does not give is
-    shown as "–" and, in --json, as null with its reason: never as 0.
+    with their user, CPU, RSS and command line, and the queue job (id and kind) of those the
+    gpubox queue started. A figure the GPU or driver does not give is shown as "–" and, in
+    --json, as null with its reason: never as 0.
 
     Loader wait is the share of time a process spent waiting for its next batch over the last
     top.loader_window seconds: exact ("probe") for processes started with `gpubox run` or that

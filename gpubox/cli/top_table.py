@@ -24,7 +24,7 @@ GPU_COLUMNS = (
     "Temp",
     "SM clk",
 )
-PROCESS_COLUMNS = ("PID", "GPU", "User", "SM", "GPU mem", "CPU", "RSS", "Loader wait", "Uptime", "Command")
+PROCESS_COLUMNS = ("PID", "GPU", "User", "SM", "GPU mem", "CPU", "RSS", "Loader wait", "Uptime", "Job", "Command")
 
 
 def loader_cell(p: ProcessSnapshot, threshold: float) -> str:
@@ -86,7 +86,7 @@ def render_tables(snap: BoxSnapshot, console: Any, loader_threshold: float = 0.2
             no_wrap=True,
             overflow="ellipsis",
             ratio=1 if col == "Command" else None,
-            justify="left" if col in {"User", "Command"} else "right",
+            justify="left" if col in {"User", "Job", "Command"} else "right",
         )
     labels = {g.uuid: g.label for g in snap.gpus}
     for p in sorted(snap.processes, key=lambda p: (p.gpu_index, -(p.gpu_mem_bytes or 0))):
@@ -100,6 +100,7 @@ def render_tables(snap: BoxSnapshot, console: Any, loader_threshold: float = 0.2
             fmt.size(p.rss_bytes),
             loader_cell(p, loader_threshold),
             fmt.uptime(p.start_time, snap.taken_at),
+            fmt.job(p.job_id, p.job_kind),
             escape(p.command or fmt.DASH),
         )
     if snap.processes:

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 import psutil
 
+from gpubox.telemetry.job_tags import JobTag, read_job_tag
 from gpubox.telemetry.model import HostSnapshot, Reason
 
 
@@ -26,6 +27,8 @@ class PidInfo:
     start_time: float | None
     reasons: dict[str, str]
     start_ticks: int | None = None  # /proc/<pid>/stat field 22: names the pid's probe file
+    job_id: int | None = None  # the gpubox queue job that started it, if any
+    job_kind: str | None = None
 
 
 _NOT_VISIBLE = PidInfo(
@@ -34,7 +37,9 @@ _NOT_VISIBLE = PidInfo(
     None,
     None,
     None,
-    {k: Reason.NO_PROCESS.value for k in ("user", "command", "cpu_percent", "rss_bytes", "start_time")},
+    dict.fromkeys(
+        ("user", "command", "cpu_percent", "rss_bytes", "start_time", "job_id", "job_kind"), Reason.NO_PROCESS.value
+    ),
 )
 _CLK_TCK = os.sysconf("SC_CLK_TCK")
 _PAGE = os.sysconf("SC_PAGE_SIZE")
@@ -55,14 +60,15 @@ class _Seen:
     start_ticks: int
     user: str | None
     command: str | None
+    job: JobTag
     cpu_seconds: float
     at: float  # monotonic time of the last read
 
 
 class PidTable:
-    """Per-pid details across refreshes: user and command line are read once per process, CPU %
-    is the rate since the previous refresh, and each refresh costs one read of /proc/<pid>/stat
-    per GPU process (psutil would make several)."""
+    """Per-pid details across refreshes: user, command line and queue job are read once per
+    process, CPU % is the rate since the previous refresh, and each refresh costs one read of
+    /proc/<pid>/stat per GPU process (psutil would make several)."""
 
     def __init__(self, clock: Callable[[], float] = time.monotonic, host_pids_visible: bool | None = None) -> None:
         self._seen: dict[int, _Seen] = {}
@@ -84,7 +90,9 @@ class PidTable:
         try:
             cpu_s, start_ticks, rss = read_proc_stat(pid)
         except PermissionError:
-            denied = {k: Reason.NO_PERMISSION.value for k in ("cpu_percent", "rss_bytes", "start_time")}
+            denied = dict.fromkeys(
+                ("cpu_percent", "rss_bytes", "start_time", "job_id", "job_kind"), Reason.NO_PERMISSION.value
+            )
             return PidInfo(None, None, None, None, None, denied)
         except (OSError, IndexError, ValueError):
             self._seen.pop(pid, None)
@@ -93,7 +101,7 @@ class PidTable:
         cpu: float | None = None
         if seen is None or seen.start_ticks != start_ticks:  # new, or a recycled pid
             user, command = _identity(pid)
-            seen = self._seen[pid] = _Seen(start_ticks, user, command, cpu_s, now)
+            seen = self._seen[pid] = _Seen(start_ticks, user, command, read_job_tag(pid), cpu_s, now)
         else:
             elapsed = now - seen.at
             if elapsed > 0:
@@ -102,8 +110,11 @@ class PidTable:
         reasons = {"cpu_percent": Reason.WARMING_UP.value} if cpu is None else {}
         if seen.command is None:
             reasons["command"] = Reason.NO_PERMISSION.value
+        job = seen.job
+        if job.reason is not None:  # unknown, unlike a readable process that no job started
+            reasons["job_id"] = reasons["job_kind"] = job.reason
         started = self._boot + start_ticks / _CLK_TCK
-        return PidInfo(seen.user, seen.command, cpu, rss, started, reasons, start_ticks)
+        return PidInfo(seen.user, seen.command, cpu, rss, started, reasons, start_ticks, job.job_id, job.job_kind)
 
 
 def _identity(pid: int) -> tuple[str | None, str | None]:

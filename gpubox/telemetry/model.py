@@ -81,6 +81,8 @@ class ProcessSnapshot:
     loader_wait_source: str | None = None  # "probe", "sampled" or None (unknown)
     loader_wait_samples: int | None = None  # stack samples behind a "sampled" loader_wait
     batches_per_s: float | None = None  # batches the probe saw delivered, over the same window
+    job_id: int | None = None  # the gpubox queue job that started it; None: none, or unreadable (reasons)
+    job_kind: str | None = None  # that job's kind: infer, quantize, train, batch or other
     reasons: dict[str, str] = field(default_factory=dict)
 
     @property

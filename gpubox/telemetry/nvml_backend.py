@@ -313,5 +313,7 @@ def _with_pid_info(p: ProcessSnapshot, info: PidInfo | None, wait: LoaderWait | 
         loader_wait_source=None if wait is None else wait.source,
         loader_wait_samples=None if wait is None else wait.samples,
         batches_per_s=None if wait is None else wait.batches_per_s,
+        job_id=info.job_id,
+        job_kind=info.job_kind,
         reasons=reasons,
     )

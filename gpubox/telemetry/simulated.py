@@ -44,6 +44,10 @@ _MODELS = (
 
 
 _STARVING = 0  # the process (by creation order) whose loader cannot keep its GPU fed
+# The processes (by creation order) that the gpubox queue started, with their job's kind; the
+# others, the inference server among them, were started by hand.
+_JOBS = {0: "train", 2: "quantize", 3: "train", 4: "batch"}
+_FIRST_JOB_ID = 12
 
 
 def _loader_figures(n: int, tick: int) -> dict[str, Any]:
@@ -84,11 +88,13 @@ class SimulatedBackend:
         self._tick = 0
         self._gpus = [_MODELS[0] if i < max(1, gpus - 1) else _MODELS[1 + i % 2] for i in range(gpus)]
         self._phase = [self._rng.uniform(0, math.tau) for _ in range(gpus)]
-        self._procs: list[tuple[int, int, str, str, float]] = []
+        # (pid, GPU index, user, command, GPU memory, (job id, kind) or None)
+        self._procs: list[tuple[int, int, str, str, float, tuple[int, str] | None]] = []
         self.signals: list[tuple[int, int]] = []  # what send_signal was asked to do, for tests
         for n in range(processes):
             user, cmd = _COMMANDS[n % len(_COMMANDS)]
-            self._procs.append((10_000 + 17 * n, n % gpus, user, cmd, self._rng.uniform(0.5, 12) * GIB))
+            job = (_FIRST_JOB_ID + n, _JOBS[n]) if n in _JOBS else None
+            self._procs.append((10_000 + 17 * n, n % gpus, user, cmd, self._rng.uniform(0.5, 12) * GIB, job))
 
     def sample(self) -> BoxSnapshot:
         tick = self._tick
@@ -162,7 +168,7 @@ class SimulatedBackend:
         )
 
     def _proc(self, n: int, tick: int, now: float) -> ProcessSnapshot:
-        pid, gpu, user, cmd, mem = self._procs[n]
+        pid, gpu, user, cmd, mem, job = self._procs[n]
         wave = 0.5 + 0.5 * math.sin(tick / 4 + n)
         if n == _STARVING:
             wave *= 0.35
@@ -178,6 +184,8 @@ class SimulatedBackend:
             cpu_percent=round(20 + 180 * (1 - wave), 1),
             rss_bytes=int(mem / 3),
             start_time=now - 3600 * (1 + n),
+            job_id=None if job is None else job[0],
+            job_kind=None if job is None else job[1],
             **_loader_figures(n, tick),
         )
 

@@ -155,6 +155,8 @@ class ProcessDetail(DetailScreen):
             return Text(f"process {self.key[0]}: gone"), Text()
         title = Text(f"process {p.pid}  {p.user or fmt.DASH}  GPU {self.gpu_label}", style="bold")
         title.append(f"  up {fmt.uptime(p.start_time, snap.taken_at)}  {p.kind}", "dim")
+        if p.job_id is not None:
+            title.append(f"  job {fmt.job(p.job_id, p.job_kind)}", "dim")
         if proc is None:
             title.append("  (exited)", "bold red")
         text = Text(overflow="fold", end="")

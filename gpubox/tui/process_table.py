@@ -79,6 +79,7 @@ COLUMNS = (
         lambda p, g, t: fmt.uptime(p.start_time, t),
         lambda p, g: None if p.start_time is None else -p.start_time,
     ),
+    Column("job", "Job", 11, False, lambda p, g, t: fmt.job(p.job_id, p.job_kind), lambda p, g: p.job_id),
     Column("command", "Command", None, False, lambda p, g, t: p.command or fmt.DASH, lambda p, g: p.command),
 )
 MIN_COMMAND_WIDTH = 20

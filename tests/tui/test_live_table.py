@@ -35,6 +35,9 @@ async def test_one_row_per_process_with_its_figures() -> None:
                     proc.loader_wait
                 )
             assert str(table.get_cell(key, "uptime")) == fmt.uptime(proc.start_time, ref.taken_at)
+            assert str(table.get_cell(key, "job")) == fmt.job(proc.job_id, proc.job_kind)
+        jobs = sorted(str(c) for c in table.get_column("job"))
+        assert jobs == ["12 train", "14 quantize", "15 train", "16 batch", "–", "–"]
 
 
 async def test_s_sorts_by_the_next_column_and_S_reverses() -> None:
