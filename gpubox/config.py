@@ -68,7 +68,7 @@ def _parse_seconds(raw: object) -> float:
     return value
 
 
-_KINDS = ("infer", "quantize", "train", "batch", "other")  # gpubox.queue.policy.KINDS, kept light here
+_KINDS = ("infer", "quantize", "train", "batch", "other")  # gpubox.queue.jobs.KINDS (a test checks they agree)
 
 
 def _parse_kind_order(raw: object) -> tuple[str, ...]:

@@ -49,7 +49,7 @@ def daemon(ctx: typer.Context) -> None:
 def status(as_json: JSON = False) -> None:
     """Say whether the daemon runs, with its pid and queue counts; exit 4 when it does not."""
     from gpubox.paths import resolve_paths
-    from gpubox.queue.client import socket_path
+    from gpubox.queue.layout import socket_path
     from gpubox.queue.wire import Unreachable, ask
 
     paths = resolve_paths()
@@ -81,8 +81,7 @@ def stop(
 ) -> None:
     """Stop the daemon; running jobs keep running. Succeeds when none was running."""
     from gpubox.paths import resolve_paths
-    from gpubox.queue.client import socket_path
-    from gpubox.queue.daemon import lock_holder
+    from gpubox.queue.layout import lock_holder, socket_path
     from gpubox.queue.wire import Unreachable, ask
 
     paths = resolve_paths()

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -16,30 +15,25 @@ from pathlib import Path
 from gpubox.exit_codes import ExitCode, GpuboxError
 from gpubox.paths import Paths, ensure_private_dir
 from gpubox.queue import proctree
-from gpubox.queue.daemon import DB_NAME, lock_holder, store_attempt_prefix
 from gpubox.queue.jobs import END_STATES, Job
+from gpubox.queue.layout import DAEMON_LOG, attempt_prefix, db_path, lock_holder, log_paths, logs_dir, socket_path
 from gpubox.queue.store import JobStore, StoreError
-from gpubox.queue.supervise import log_paths
-from gpubox.queue.wire import SOCKET_NAME, Unreachable, ask, poke
-
-DAEMON_LOG = "daemon.log"
+from gpubox.queue.wire import Unreachable, ask, poke
 
 
 def open_store(paths: Paths) -> JobStore:
     try:
-        return JobStore(paths.state_dir / DB_NAME)
+        return JobStore(db_path(paths))
     except StoreError as exc:
         raise GpuboxError(str(exc), ExitCode.FAILED) from None
     except PermissionError as exc:
         raise GpuboxError(str(exc), ExitCode.FAILED) from None
 
 
-def socket_path(paths: Paths) -> Path:
-    return paths.runtime_dir / SOCKET_NAME
-
-
 def start_daemon(paths: Paths, env: Mapping[str, str] | None = None) -> int:
     """Start `gpubox daemon` in the background, in its own session, logging to the state dir."""
+    import subprocess
+
     ensure_private_dir(paths.state_dir)
     log = os.open(paths.state_dir / DAEMON_LOG, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600)
     try:
@@ -159,7 +153,7 @@ def exit_code_for(jobs: Sequence[Job]) -> int:
 
 def attempt_log(paths: Paths, job: Job, attempt: int | None, stderr: bool) -> Path:
     number = attempt if attempt is not None else job.attempt
-    out, err, _ = log_paths(store_attempt_prefix(paths.state_dir / "logs", job.id, number))
+    out, err, _ = log_paths(attempt_prefix(logs_dir(paths), job.id, number))
     return err if stderr else out
 
 
@@ -196,4 +190,4 @@ def remove_logs(paths: Paths, ids: Sequence[int]) -> None:
     import shutil
 
     for job_id in ids:
-        shutil.rmtree(paths.state_dir / "logs" / str(job_id), ignore_errors=True)
+        shutil.rmtree(logs_dir(paths) / str(job_id), ignore_errors=True)

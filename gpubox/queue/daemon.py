@@ -20,7 +20,6 @@ import sys
 import time
 from collections.abc import Callable
 from contextlib import suppress
-from pathlib import Path
 from typing import Any
 
 from gpubox import __version__
@@ -28,12 +27,10 @@ from gpubox.paths import Paths, ensure_private_dir
 from gpubox.queue import proctree, supervise
 from gpubox.queue.gpus import GpuInfo, NoNvml, NvmlGpus
 from gpubox.queue.jobs import Job
+from gpubox.queue.layout import LOCK_NAME, attempt_prefix, db_path, log_paths, logs_dir, socket_path
 from gpubox.queue.schedule import QueueConfig, plan_pass
 from gpubox.queue.store import JobStore, StoreError
-from gpubox.queue.wire import SOCKET_NAME
 
-DB_NAME = "queue.db"
-LOCK_NAME = "daemon.lock"
 START_GRACE_S = 30.0  # a job recorded as started without a supervisor pid for this long never ran
 
 
@@ -53,25 +50,6 @@ def boot_id(env: dict[str, str] | None = None) -> str:
         return "unknown"
 
 
-def lock_holder(paths: Paths) -> int | None:
-    """The pid of the daemon holding this state directory, or None when none does."""
-    path = paths.state_dir / LOCK_NAME
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-    except OSError:
-        return None
-    try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-        except BlockingIOError:
-            text = os.pread(fd, 32, 0).decode(errors="replace").strip()
-            return int(text) if text.isdigit() else -1
-        fcntl.flock(fd, fcntl.LOCK_UN)
-        return None
-    finally:
-        os.close(fd)
-
-
 class Daemon:
     def __init__(
         self,
@@ -88,9 +66,9 @@ class Daemon:
         self.boot = boot or boot_id()
         self.clock = clock
         self.log = log or (lambda line: print(f"gpubox daemon: {line}", file=sys.stderr, flush=True))
-        self.db_path = paths.state_dir / DB_NAME
-        self.socket_path = paths.runtime_dir / SOCKET_NAME
-        self.logs_dir = paths.state_dir / "logs"
+        self.db_path = db_path(paths)
+        self.socket_path = socket_path(paths)
+        self.logs_dir = logs_dir(paths)
         self.children: dict[int, int] = {}  # supervisor pid -> job id
         self.reasons: dict[int, str] = {}
         self.last_gpus: list[GpuInfo] = []
@@ -292,8 +270,8 @@ class Daemon:
         return changed
 
     def _exit_record(self, job: Job) -> supervise.Outcome | None:
-        prefix = store_attempt_prefix(self.logs_dir, job.id, job.attempt)
-        found = supervise.read_exit(supervise.log_paths(prefix)[2], job.attempt)
+        prefix = attempt_prefix(self.logs_dir, job.id, job.attempt)
+        found = supervise.read_exit(log_paths(prefix)[2], job.attempt)
         if found is not None and found.outcome == "cancelled" and job.request == "cancel":
             return supervise.Outcome(found.exit_code, found.outcome, "cancelled on request")
         return found
@@ -336,7 +314,7 @@ class Daemon:
             attempt=attempt,
             spec=job.spec,
             gpu_uuids=gpu_uuids,
-            log_prefix=store_attempt_prefix(self.logs_dir, job.id, attempt),
+            log_prefix=attempt_prefix(self.logs_dir, job.id, attempt),
             boot_id=self.boot,
             grace_s=self.config.kill_grace_s,
             daemon_pid=os.getpid(),
@@ -353,8 +331,3 @@ class Daemon:
             with suppress(ProcessLookupError, PermissionError):
                 os.kill(job.pid, signal.SIGUSR1)  # the supervisor's "preempt": stop the tree, then requeue
             self.log(f"job {job_id} (batch) preempted for job {for_job} (infer)")
-
-
-def store_attempt_prefix(logs_dir: Path, job_id: int, attempt: int) -> Path:
-    """Where an attempt's logs live: `<prefix>.out`, `<prefix>.err` and `<prefix>.exit`."""
-    return logs_dir / str(job_id) / str(attempt)

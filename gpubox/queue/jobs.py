@@ -11,6 +11,7 @@ import shlex
 from dataclasses import dataclass, field
 from typing import Any
 
+KINDS = ("infer", "quantize", "train", "batch", "other")  # also the default order: most urgent first
 STATES = ("queued", "running", "succeeded", "failed", "cancelled", "timeout", "lost")
 END_STATES = ("succeeded", "failed", "cancelled", "timeout", "lost")
 # How one attempt can end; `preempted` sends the job back to the queue.

@@ -10,7 +10,7 @@ import math
 import re
 from decimal import Decimal, InvalidOperation
 
-from gpubox.queue.policy import KINDS
+from gpubox.queue.jobs import KINDS
 
 _NUMBER = r"\d+(?:\.\d+)?"
 _DURATION_RE = re.compile(rf"(?:(?P<d>{_NUMBER})d)?(?:(?P<h>{_NUMBER})h)?(?:(?P<m>{_NUMBER})m)?(?:(?P<s>{_NUMBER})s)?")

@@ -16,7 +16,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-KINDS = ("infer", "quantize", "train", "batch", "other")
+from gpubox.queue.jobs import KINDS
+
 GIB = 1 << 30
 
 

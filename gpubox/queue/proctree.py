@@ -7,7 +7,6 @@ its tree even when they leave the job's process group or session.
 
 from __future__ import annotations
 
-import ctypes
 import os
 import signal
 import time
@@ -70,6 +69,8 @@ def descendants(root: int) -> set[int]:
 
 def become_subreaper() -> bool:
     """Adopt this process's orphaned descendants (Linux); False where the kernel says no."""
+    import ctypes  # here: clients that only signal a tree do not pay for it
+
     try:
         libc = ctypes.CDLL(None, use_errno=True)
         return int(libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)) == 0

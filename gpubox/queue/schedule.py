@@ -13,8 +13,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpubox.queue.gpus import GpuInfo
-from gpubox.queue.jobs import Job
-from gpubox.queue.policy import KINDS, GpuState, JobRequest, PolicyConfig, RunningJob, Start, place_jobs
+from gpubox.queue.jobs import KINDS, Job
+from gpubox.queue.policy import GpuState, JobRequest, PolicyConfig, RunningJob, Start, place_jobs
 from gpubox.queue.preempt import Preempt, choose_preemptions
 from gpubox.queue.store import QUEUE
 

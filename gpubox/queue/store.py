@@ -23,6 +23,7 @@ from typing import Any
 from gpubox.paths import ensure_private_dir
 from gpubox.queue.jobs import (
     END_STATES,
+    KINDS,
     OUTCOMES,
     STATES,
     Attempt,
@@ -32,7 +33,6 @@ from gpubox.queue.jobs import (
     spec_from_json,
     spec_to_json,
 )
-from gpubox.queue.policy import KINDS
 
 __all__ = ["END_STATES", "STATES", "Attempt", "Job", "JobSpec", "JobStore", "StoreError"]
 
@@ -160,6 +160,8 @@ class JobStore:
                 os.chmod(side, 0o600)
 
     def _init_schema(self) -> None:
+        if self._db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION:
+            return  # the common case, read without taking the write lock
         self._db.execute("BEGIN IMMEDIATE")
         try:
             version = self._db.execute("PRAGMA user_version").fetchone()[0]

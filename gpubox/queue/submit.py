@@ -18,7 +18,6 @@ from typing import Any
 from gpubox.queue.gpus import GpuInfo, resolve_gpus
 from gpubox.queue.jobs import JobSpec
 from gpubox.queue.parse import parse_duration, parse_env, parse_ids, parse_kind, parse_size, parse_tag
-from gpubox.queue.policy import gib
 
 NO_COMMAND = "no command given (put it after --, as in: gpubox queue add -- python train.py)"
 
@@ -106,7 +105,9 @@ def build_spec(
             pool = [g for g in box if gpu_ids is None or g.uuid in gpu_ids]
             largest = max((g.mem_total_bytes for g in pool), default=0)
             if mem > largest:
-                raise ValueError(f"--gpu-mem {opts.gpu_mem} is more than any GPU has (the largest has {gib(largest)})")
+                raise ValueError(
+                    f"--gpu-mem {opts.gpu_mem} is more than any GPU has (the largest has {largest / (1 << 30):.1f} GiB)"
+                )
     limit = parse_duration(opts.time_limit) if opts.time_limit is not None else None
     after = parse_ids(opts.after) if opts.after else ()
     shell = opts.shell
@@ -197,7 +198,7 @@ def _json_job(doc: Any, defaults: AddOptions) -> tuple[list[str], AddOptions]:
             changes[key] = (*getattr(defaults, key), *pairs)
     opts = replace(opts, **changes)
     if ("cmd" in doc) == ("argv" in doc):
-        raise ValueError("give the command as \"cmd\" (a string) or \"argv\" (a list), one of them")
+        raise ValueError('give the command as "cmd" (a string) or "argv" (a list), one of them')
     if "argv" in doc:
         argv = doc["argv"]
         if not isinstance(argv, list) or not all(isinstance(a, str) for a in argv):

@@ -25,6 +25,7 @@ from pathlib import Path
 from gpubox.probe.launch import probe_environment
 from gpubox.queue import proctree
 from gpubox.queue.jobs import JobSpec
+from gpubox.queue.layout import log_paths
 from gpubox.queue.store import JobStore
 from gpubox.queue.wire import poke
 
@@ -65,11 +66,6 @@ def job_environment(spec: JobSpec, job_id: int, attempt: int, gpu_uuids: tuple[s
 
 def job_argv(spec: JobSpec) -> list[str]:
     return ["/bin/sh", "-c", spec.argv[0]] if spec.shell else list(spec.argv)
-
-
-def log_paths(prefix: Path) -> tuple[Path, Path, Path]:
-    """The attempt's stdout log, stderr log and exit record."""
-    return Path(f"{prefix}.out"), Path(f"{prefix}.err"), Path(f"{prefix}.exit")
 
 
 def start(launch: Launch, store: JobStore) -> int | None:

@@ -11,8 +11,6 @@ import socket
 from pathlib import Path
 from typing import Any
 
-SOCKET_NAME = "queue.sock"
-
 
 class Unreachable(Exception):
     """No daemon answers on the socket."""

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from gpubox.queue.policy import KINDS
+from gpubox.queue.jobs import KINDS
 from gpubox.telemetry.model import Reason
 
 JOB_ID_VAR = "GPUBOX_JOB_ID"

@@ -82,7 +82,7 @@ class QueueBox:
 
     def daemon_pid(self) -> int | None:
         from gpubox.paths import resolve_paths
-        from gpubox.queue.daemon import lock_holder
+        from gpubox.queue.layout import lock_holder
 
         return lock_holder(resolve_paths(self.env))
 

@@ -1,0 +1,56 @@
+"""Where the queue keeps its files, and who holds the daemon's lock. Imported by every client,
+so it stays light: no scheduling, no process handling."""
+
+from __future__ import annotations
+
+import fcntl
+import os
+from pathlib import Path
+
+from gpubox.paths import Paths
+
+DB_NAME = "queue.db"  # in the state directory
+LOCK_NAME = "daemon.lock"  # in the state directory: one daemon per database
+DAEMON_LOG = "daemon.log"  # in the state directory, for daemons that clients start
+SOCKET_NAME = "queue.sock"  # in the runtime directory
+
+
+def db_path(paths: Paths) -> Path:
+    return paths.state_dir / DB_NAME
+
+
+def socket_path(paths: Paths) -> Path:
+    return paths.runtime_dir / SOCKET_NAME
+
+
+def logs_dir(paths: Paths) -> Path:
+    return paths.state_dir / "logs"
+
+
+def attempt_prefix(logs: Path, job_id: int, attempt: int) -> Path:
+    """Where an attempt's files live: `<prefix>.out`, `<prefix>.err` and `<prefix>.exit`."""
+    return logs / str(job_id) / str(attempt)
+
+
+def log_paths(prefix: Path) -> tuple[Path, Path, Path]:
+    """The attempt's stdout log, stderr log and exit record."""
+    return Path(f"{prefix}.out"), Path(f"{prefix}.err"), Path(f"{prefix}.exit")
+
+
+def lock_holder(paths: Paths) -> int | None:
+    """The pid of the daemon holding this state directory, or None when none does."""
+    path = paths.state_dir / LOCK_NAME
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            text = os.pread(fd, 32, 0).decode(errors="replace").strip()
+            return int(text) if text.isdigit() else -1
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        return None
+    finally:
+        os.close(fd)
