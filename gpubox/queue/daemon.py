@@ -18,7 +18,7 @@ import signal
 import socket
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from contextlib import suppress
 from typing import Any
 
@@ -28,7 +28,7 @@ from gpubox.queue import proctree, supervise
 from gpubox.queue.gpus import GpuInfo, NoNvml, NvmlGpus
 from gpubox.queue.jobs import Job
 from gpubox.queue.layout import LOCK_NAME, attempt_prefix, db_path, log_paths, logs_dir, socket_path
-from gpubox.queue.schedule import QueueConfig, plan_pass
+from gpubox.queue.schedule import Plan, QueueConfig, plan_pass
 from gpubox.queue.store import JobStore, StoreError
 
 START_GRACE_S = 30.0  # a job recorded as started without a supervisor pid for this long never ran
@@ -70,6 +70,8 @@ class Daemon:
         self.socket_path = socket_path(paths)
         self.logs_dir = logs_dir(paths)
         self.children: dict[int, int] = {}  # supervisor pid -> job id
+        self.spare: supervise.Spare | None = None
+        self._done_w = -1
         self.reasons: dict[int, str] = {}
         self.last_gpus: list[GpuInfo] = []
         self.started_at = clock()
@@ -112,8 +114,11 @@ class Daemon:
 
     def run(self) -> int:
         lock_fd = self._lock()
-        store = JobStore(self.db_path, clock=self.clock)
+        store = JobStore(self.db_path, clock=self.clock, durable=False)
         wake_r, wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+        # Supervisors write "<job> <attempt>" here once the exit record is on disk.
+        done_r, self._done_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+        proctree.load_libc()  # once here, not in every supervisor
         listener: socket.socket | None = None
         old_handlers: dict[signal.Signals, Any] = {}
         try:
@@ -125,8 +130,10 @@ class Daemon:
             for sig in (signal.SIGCHLD, signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
                 old_handlers[sig] = signal.signal(sig, self._on_signal)
             self.log(f"pid {os.getpid()}, state {self.paths.state_dir}, socket {self.socket_path}")
-            self._loop(store, listener, wake_r)
+            self._loop(store, listener, wake_r, done_r)
         finally:
+            if self.spare is not None:
+                supervise.discard(self.spare)
             signal.set_wakeup_fd(-1)
             for sig, handler in old_handlers.items():
                 signal.signal(sig, handler)
@@ -134,8 +141,8 @@ class Daemon:
                 listener.close()
                 with suppress(FileNotFoundError):
                     os.unlink(self.socket_path)
-            os.close(wake_r)
-            os.close(wake_w)
+            for fd in (wake_r, wake_w, done_r, self._done_w):
+                os.close(fd)
             store.close()
             self.gpus_source.close()
             os.close(lock_fd)
@@ -148,19 +155,24 @@ class Daemon:
 
     # The loop
 
-    def _loop(self, store: JobStore, listener: socket.socket, wake_r: int) -> None:
+    def _loop(self, store: JobStore, listener: socket.socket, wake_r: int, done_r: int) -> None:
         sel = selectors.DefaultSelector()
         sel.register(listener, selectors.EVENT_READ, "listen")
         sel.register(wake_r, selectors.EVENT_READ, "signal")
+        sel.register(done_r, selectors.EVENT_READ, "done")
         version = store.data_version()
+        pending = b""
         while not self._stop:
-            for key, _ in sel.select(timeout=self.config.poll_interval_s):
+            for key, _ in sel.select(timeout=0 if self._dirty else self.config.poll_interval_s):
                 if key.data == "listen":
                     self._accept(listener, store)
+                elif key.data == "done":
+                    pending += _drain(done_r)
+                    *lines, pending = pending.split(b"\n")
+                    for line in lines:
+                        self._record_done(store, line)
                 else:
-                    with suppress(OSError):
-                        while os.read(wake_r, 4096):
-                            pass
+                    _drain(wake_r)
             if self._stop:
                 break
             for pid, _status in proctree.reap_children():
@@ -173,7 +185,7 @@ class Daemon:
             if self._dirty or (due and self._active):
                 self._dirty = False
                 try:
-                    self._pass(store)
+                    self._pass(store, full=due)
                 except StoreError as exc:
                     self.log(f"scheduling pass failed: {exc}")
                 self._last_pass = self.clock()
@@ -264,10 +276,29 @@ class Daemon:
                 outcome = self._exit_record(job) or supervise.Outcome(
                     None, "lost", f"its supervisor (pid {job.pid}) was killed; the exit code is unknown"
                 )
-            if store.finish(job.id, job.attempt, outcome.exit_code, outcome.outcome, outcome.reason):
-                self.log(f"job {job.id}: {outcome.outcome}" + (f" ({outcome.reason})" if outcome.reason else ""))
-                changed = True
+            changed = self._finish(store, job, outcome) or changed
         return changed
+
+    def _record_done(self, store: JobStore, line: bytes) -> None:
+        """A supervisor says its attempt ended: record it now, without waiting to reap it."""
+        try:
+            job_id, attempt = (int(x) for x in line.split())
+        except ValueError:
+            return
+        job = store.get(job_id)
+        if job is None or job.state != "running" or job.attempt != attempt:
+            return
+        outcome = self._exit_record(job) or supervise.Outcome(None, "lost", "its supervisor left no exit record")
+        self._finish(store, job, outcome)
+
+    def _finish(self, store: JobStore, job: Job, outcome: supervise.Outcome) -> bool:
+        ended = store.finish(job.id, job.attempt, outcome.exit_code, outcome.outcome, outcome.reason)
+        if ended is None:
+            return False
+        self._dirty = True
+        if outcome.outcome != "succeeded":
+            self.log(f"job {job.id}: {outcome.outcome}" + (f" ({outcome.reason})" if outcome.reason else ""))
+        return True
 
     def _exit_record(self, job: Job) -> supervise.Outcome | None:
         prefix = attempt_prefix(self.logs_dir, job.id, job.attempt)
@@ -276,35 +307,59 @@ class Daemon:
             return supervise.Outcome(found.exit_code, found.outcome, "cancelled on request")
         return found
 
-    def _pass(self, store: JobStore) -> None:
+    def _pass(self, store: JobStore, full: bool = True) -> None:
+        """Plan and act. Between timed passes only the best-ranked jobs are read (a window): a
+        job further back cannot start unless the window leaves a slot or a GPU unused, and then
+        the pass reads them all."""
         for _ in range(10):  # a failed dependency can fail a chain of dependants: settle it
-            queued = store.list(["queued"])
+            queued = store.list(["queued"]) if full else store.queued_ranked(self.config.kind_order, WINDOW)
             running = store.list(["running"])
             if self._reconcile(store, running):
                 continue
-            deps = {d for j in queued for d in j.spec.after}
-            known = {j.id: j.state for j in (*queued, *running)}
-            dep_states: dict[int, str | None] = {}
-            for dep in deps:
-                if dep in known:
-                    dep_states[dep] = known[dep]
-                else:
-                    found = store.get(dep)
-                    dep_states[dep] = found.state if found else None
             self._active = bool(queued or running)
             gpus = self._gpus() if queued else []
-            plan = plan_pass(queued, running, dep_states, gpus, store.paused(), self.clock(), self.config)
+            paused = store.paused()
+            plan = plan_pass(
+                queued, running, self._dep_states(store, queued, running), gpus, paused, self.clock(), self.config
+            )
+            if not full and len(queued) >= WINDOW and _capacity_left(running, plan, gpus, paused, self.config):
+                full = True
+                continue
             for job_id, reason in plan.failures.items():
                 if store.fail_queued(job_id, reason):
                     self.log(f"job {job_id}: failed without running: {reason}")
-            self.reasons = plan.waits
+            if full:
+                self.reasons = dict(plan.waits)
+            else:
+                self.reasons.update(plan.waits)
             by_id = {j.id: j for j in queued}
             for start in plan.starts:
                 self._start(store, by_id[start.job_id], start.gpu_uuids)
             for p in plan.preempts:
                 self._preempt(store, p.job_id, p.for_job_id)
             if not plan.failures:
-                return
+                break
+        self._keep_spare(bool(self.reasons))
+
+    @staticmethod
+    def _dep_states(store: JobStore, queued: list[Job], running: list[Job]) -> dict[int, str | None]:
+        known = {j.id: j.state for j in (*queued, *running)}
+        states: dict[int, str | None] = {}
+        for dep in {d for j in queued for d in j.spec.after}:
+            if dep in known:
+                states[dep] = known[dep]
+            else:
+                found = store.get(dep)
+                states[dep] = found.state if found else None
+        return states
+
+    def _keep_spare(self, wanted: bool) -> None:
+        """Keep one supervisor forked ahead while jobs wait; none while the queue is empty."""
+        if wanted and self.spare is None:
+            self.spare = supervise.fork_spare(self._done_w)
+        elif not wanted and self.spare is not None:
+            supervise.discard(self.spare)
+            self.spare = None
 
     def _start(self, store: JobStore, job: Job, gpu_uuids: tuple[str, ...]) -> None:
         attempt = job.attempt + 1
@@ -320,10 +375,17 @@ class Daemon:
             daemon_pid=os.getpid(),
             socket_path=self.socket_path,
         )
-        pid = supervise.start(launch, store)
-        if pid is not None:
-            self.children[pid] = job.id
-            self.reasons.pop(job.id, None)
+        spare = self.spare or supervise.fork_spare(self._done_w)
+        self.spare = None
+        started = store.mark_started(
+            job.id, spare.pid, gpu_uuids, self.boot, str(launch.log_prefix), pid_start=spare.pid_start
+        )
+        if not started:
+            self.spare = spare  # the job changed under us (cancelled, edited): keep it for the next one
+            return
+        supervise.hand_over(spare, launch)
+        self.children[spare.pid] = job.id
+        self.reasons.pop(job.id, None)
 
     def _preempt(self, store: JobStore, job_id: int, for_job: int) -> None:
         job = store.request_stop(job_id, "preempt")
@@ -331,3 +393,25 @@ class Daemon:
             with suppress(ProcessLookupError, PermissionError):
                 os.kill(job.pid, signal.SIGUSR1)  # the supervisor's "preempt": stop the tree, then requeue
             self.log(f"job {job_id} (batch) preempted for job {for_job} (infer)")
+
+
+WINDOW = 64  # jobs read per event-driven pass
+
+
+def _drain(fd: int) -> bytes:
+    data = b""
+    with suppress(OSError):  # EAGAIN once it is empty
+        while chunk := os.read(fd, 65536):
+            data += chunk
+    return data
+
+
+def _capacity_left(
+    running: list[Job], plan: Plan, gpus: list[GpuInfo], paused: Mapping[str, float], config: QueueConfig
+) -> bool:
+    """Whether a slot or a GPU is still unused after the plan: then jobs beyond the window count."""
+    cpu = sum(1 for j in running if not j.gpu_uuids) + sum(1 for st in plan.starts if not st.gpu_uuids)
+    if cpu < config.max_cpu_jobs:
+        return True
+    held = {u for j in running for u in j.gpu_uuids} | {u for st in plan.starts for u in st.gpu_uuids}
+    return any(g.uuid not in held and g.uuid not in paused for g in gpus)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import shlex
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Any
 
 KINDS = ("infer", "quantize", "train", "batch", "other")  # also the default order: most urgent first
@@ -103,7 +104,10 @@ def spec_to_json(spec: JobSpec) -> str:
     )
 
 
+@lru_cache(maxsize=4096)
 def spec_from_json(text: str) -> JobSpec:
+    """The spec stored as `text`; cached, since the daemon reads the same queued jobs each pass
+    (a JobSpec is never changed in place: an edit stores a new one)."""
     d: dict[str, Any] = json.loads(text)
     gpu_ids = d["gpu_ids"]
     return JobSpec(

@@ -12,8 +12,10 @@ import signal
 import time
 from collections.abc import Callable
 from contextlib import suppress
+from typing import Any
 
 _PR_SET_CHILD_SUBREAPER = 36
+_PR_SET_NAME = 15
 
 
 def _stat_fields(pid: int) -> list[bytes] | None:
@@ -67,15 +69,39 @@ def descendants(root: int) -> set[int]:
     return found
 
 
+_libc: Any = None
+
+
+def load_libc() -> Any:
+    """libc through ctypes, loaded once: the daemon loads it before forking supervisors."""
+    global _libc
+    if _libc is None:
+        import ctypes  # here: clients that only signal a tree do not pay for it
+
+        try:
+            _libc = ctypes.CDLL(None, use_errno=True)
+        except OSError:
+            _libc = False
+    return _libc
+
+
 def become_subreaper() -> bool:
     """Adopt this process's orphaned descendants (Linux); False where the kernel says no."""
-    import ctypes  # here: clients that only signal a tree do not pay for it
-
+    libc = load_libc()
     try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        return int(libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)) == 0
-    except (OSError, AttributeError):
+        return bool(libc) and int(libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)) == 0
+    except AttributeError:
         return False
+
+
+def set_name(name: str) -> None:
+    """Name this process as `ps` and `top` show it (15 bytes at most)."""
+    libc = load_libc()
+    if libc:
+        import ctypes
+
+        with suppress(AttributeError):
+            libc.prctl(_PR_SET_NAME, ctypes.c_char_p(name.encode()[:15]), 0, 0, 0)
 
 
 def reap_children() -> list[tuple[int, int]]:

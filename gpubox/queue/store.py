@@ -126,7 +126,10 @@ def _attempt_from_row(r: sqlite3.Row) -> Attempt:
 class JobStore:
     """The queue's jobs and attempts in SQLite; one instance per thread or process."""
 
-    def __init__(self, path: Path, clock: Callable[[], float] = time.time) -> None:
+    def __init__(self, path: Path, clock: Callable[[], float] = time.time, durable: bool = True) -> None:
+        """`durable=False` (the daemon's state changes) commits without waiting for the disk: a
+        power cut may lose the last transitions, never a submission, and the database stays
+        whole (WAL with synchronous=NORMAL). Submissions always wait for the disk."""
         self.path = Path(path)
         self._clock = clock
         try:
@@ -144,6 +147,8 @@ class JobStore:
         try:
             self._db.execute("PRAGMA busy_timeout = 10000")
             self._db.execute("PRAGMA foreign_keys = ON")
+            if not durable:
+                self._db.execute("PRAGMA synchronous = NORMAL")
             mode = self._db.execute("PRAGMA journal_mode = WAL").fetchone()[0]
             if str(mode).lower() != "wal":
                 raise StoreError(f"the job database {self.path} cannot use WAL mode")
@@ -485,6 +490,16 @@ class JobStore:
             ids = [r["id"] for r in rows]
             db.executemany("DELETE FROM jobs WHERE id = ?", [(i,) for i in ids])
         return ids
+
+    def queued_ranked(self, kind_order: Sequence[str], limit: int) -> list[Job]:
+        """The `limit` queued jobs the policy ranks first: priority, kind, submission, id."""
+        cases = " ".join(f"WHEN ? THEN {i}" for i in range(len(kind_order)))
+        rows = self._read(
+            f"SELECT * FROM jobs WHERE state = 'queued' ORDER BY priority DESC,"
+            f" CASE kind {cases} ELSE {len(kind_order)} END, submitted_at, id LIMIT ?",
+            (*kind_order, limit),
+        )
+        return [_job_from_row(r) for r in rows]
 
     # Last, so that `list` in the annotations above is still the builtin.
     def list(self, states: Iterable[str] | None = None) -> list[Job]:

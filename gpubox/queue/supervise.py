@@ -1,7 +1,8 @@
 """A job's supervisor: the process between the daemon and the job, which outlives the daemon.
 
-The daemon forks one supervisor per attempt. The supervisor leaves the daemon's session, waits
-for the daemon to record the start (so a job never runs unrecorded or twice), then runs the job
+The daemon forks supervisors ahead of time (spares). A spare leaves the daemon's session and
+waits for its launch, which the daemon sends only after recording the start (so a job never
+runs unrecorded or twice), then runs the job
 in its own process group with its logs, GPUs and environment. It enforces the time limit and
 stops the whole tree when asked: SIGTERM cancels, SIGUSR1 preempts. It never opens the database
 (SQLite connections do not survive a fork): it leaves the outcome in `<log prefix>.exit`, a
@@ -24,9 +25,8 @@ from pathlib import Path
 
 from gpubox.probe.launch import probe_environment
 from gpubox.queue import proctree
-from gpubox.queue.jobs import JobSpec
+from gpubox.queue.jobs import JobSpec, spec_from_json, spec_to_json
 from gpubox.queue.layout import log_paths
-from gpubox.queue.store import JobStore
 from gpubox.queue.wire import poke
 
 NOT_FOUND = 127
@@ -68,66 +68,129 @@ def job_argv(spec: JobSpec) -> list[str]:
     return ["/bin/sh", "-c", spec.argv[0]] if spec.shell else list(spec.argv)
 
 
-def start(launch: Launch, store: JobStore) -> int | None:
-    """Fork the supervisor and record the start; its pid, or None when the job was not started."""
-    go_r, go_w = os.pipe()
+@dataclass
+class Spare:
+    """A supervisor forked ahead of time, already out of the daemon's session, waiting for a job.
+
+    Forking and preparing take longer than running a short job; a spare does it while the
+    previous job runs. It reads one launch from its pipe until EOF: an empty read (the daemon
+    discarded it, or died) means exit without running anything.
+    """
+
+    pid: int
+    pid_start: int | None
+    launch_w: int
+
+
+def fork_spare(done_w: int) -> Spare:
+    """Fork a spare supervisor; `done_w` is where it will say "<job> <attempt>" when it is done."""
+    launch_r, launch_w = os.pipe()
     pid = os.fork()
     if pid == 0:  # the supervisor
         code = 1
         try:
-            os.close(go_w)
-            code = _supervise(launch, go_r)
+            os.close(launch_w)
+            code = _spare_main(launch_r, done_w)
         finally:
             os._exit(code)
-    os.close(go_r)
-    started = False
+    os.close(launch_r)
+    return Spare(pid, proctree.start_ticks(pid), launch_w)
+
+
+def hand_over(spare: Spare, launch: Launch) -> None:
+    """Give a spare its job (the start is recorded already): it runs it once the pipe closes."""
+    data = json.dumps(
+        {
+            "job_id": launch.job_id,
+            "attempt": launch.attempt,
+            "spec": spec_to_json(launch.spec),
+            "gpu_uuids": list(launch.gpu_uuids),
+            "log_prefix": str(launch.log_prefix),
+            "boot_id": launch.boot_id,
+            "grace_s": launch.grace_s,
+            "daemon_pid": launch.daemon_pid,
+            "socket_path": str(launch.socket_path),
+        }
+    ).encode()
     try:
-        started = store.mark_started(
-            launch.job_id,
-            pid,
-            launch.gpu_uuids,
-            launch.boot_id,
-            str(launch.log_prefix),
-            pid_start=proctree.start_ticks(pid),
-        )
+        view = memoryview(data)
+        while view:
+            view = view[os.write(spare.launch_w, view) :]
     finally:
-        os.write(go_w, b"1" if started else b"0")
-        os.close(go_w)
-    return pid if started else None
+        os.close(spare.launch_w)
 
 
-def _supervise(launch: Launch, go_r: int) -> int:
+def discard(spare: Spare) -> None:
+    """Send an unused spare away: it reads EOF and exits."""
+    with suppress(OSError):
+        os.close(spare.launch_w)
+
+
+def _read_launch(fd: int) -> Launch | None:
+    chunks = []
+    while True:
+        try:
+            chunk = os.read(fd, 65536)
+        except InterruptedError:
+            continue
+        if not chunk:
+            break
+        chunks.append(chunk)
+    os.close(fd)
+    if not chunks:
+        return None
+    d = json.loads(b"".join(chunks))
+    return Launch(
+        job_id=d["job_id"],
+        attempt=d["attempt"],
+        spec=spec_from_json(d["spec"]),
+        gpu_uuids=tuple(d["gpu_uuids"]),
+        log_prefix=Path(d["log_prefix"]),
+        boot_id=d["boot_id"],
+        grace_s=d["grace_s"],
+        daemon_pid=d["daemon_pid"],
+        socket_path=Path(d["socket_path"]),
+    )
+
+
+def _spare_main(launch_r: int, done_w: int) -> int:
     os.setsid()  # out of the daemon's session: its terminal and its signals are not ours
     signal.set_wakeup_fd(-1)
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGCHLD, signal.SIGUSR1):
         signal.signal(sig, signal.SIG_DFL)
     # Nothing the daemon held open (its lock, socket, database) may stay open here.
-    os.closerange(3, go_r)
-    os.closerange(go_r + 1, 1 << 16)
-    go = b""
-    with suppress(OSError):
-        go = os.read(go_r, 1)
-    os.close(go_r)
-    if go != b"1":
-        return 0  # the start was not recorded: do not run
+    low, high = sorted((launch_r, done_w))
+    os.closerange(3, low)
+    os.closerange(low + 1, high)
+    os.closerange(high + 1, 1 << 16)
     proctree.become_subreaper()
+    launch = _read_launch(launch_r)
+    if launch is None:
+        return 0  # no start was recorded: run nothing
+    proctree.set_name(f"gpubox-job{launch.job_id}")
     out_path, err_path, exit_path = log_paths(launch.log_prefix)
     out = os.open(out_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600)
     err = os.open(err_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600)
     result = _run(launch, out, err)
     write_exit(exit_path, launch.attempt, result)
-    if os.getppid() != launch.daemon_pid:  # the daemon that started us is gone: tell its successor
+    told = False
+    with suppress(OSError):  # EPIPE when the daemon that forked us is gone
+        told = os.write(done_w, f"{launch.job_id} {launch.attempt}\n".encode()) > 0
+    if not told or os.getppid() != launch.daemon_pid:  # a later daemon: wake it up
         poke(launch.socket_path)
     return 0
 
 
 def write_exit(path: Path, attempt: int, result: Outcome) -> None:
-    """Leave the outcome where the daemon looks for it: whole or not at all (write, then rename)."""
+    """Leave the outcome where the daemon looks for it: whole or not at all (write, then rename).
+
+    No fsync: the file only has to outlive the daemon, not the machine; after a power cut the
+    job is `lost` whatever the file says.
+    """
     tmp = path.with_name(path.name + ".tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
     try:
         os.write(fd, json.dumps({"attempt": attempt, **result.__dict__}).encode())
-        os.fsync(fd)
     finally:
         os.close(fd)
     os.replace(tmp, path)
