@@ -22,17 +22,61 @@ _gpubox() {
         case "$path" in
             "gpubox")
                 case "$word" in
-                top | run | queue) path+=" $word" ;;
+                top | run | queue | daemon) path+=" $word" ;;
                 esac ;;
             "gpubox top")
                 case "$word" in
                 -i | --interval | -g | --gpu) skip=1 ;;
                 esac ;;
+            "gpubox queue")
+                case "$word" in
+                add | ls | show | logs | cancel | wait | retry | pause | resume | clean | edit) path+=" $word" ;;
+                esac ;;
+            "gpubox queue add")
+                case "$word" in
+                --name | --kind | --gpus | --gpu | --gpu-mem | --priority | --after | --time-limit | --retries | --tag | --env | --cwd | --file) skip=1 ;;
+                esac ;;
+            "gpubox queue ls")
+                case "$word" in
+                --state) skip=1 ;;
+                esac ;;
+            "gpubox queue logs")
+                case "$word" in
+                --attempt) skip=1 ;;
+                esac ;;
+            "gpubox queue wait")
+                case "$word" in
+                --timeout) skip=1 ;;
+                esac ;;
+            "gpubox queue pause")
+                case "$word" in
+                --gpu) skip=1 ;;
+                esac ;;
+            "gpubox queue resume")
+                case "$word" in
+                --gpu) skip=1 ;;
+                esac ;;
+            "gpubox queue clean")
+                case "$word" in
+                --older-than) skip=1 ;;
+                esac ;;
+            "gpubox queue edit")
+                case "$word" in
+                --priority | --gpus | --gpu | --gpu-mem | --time-limit) skip=1 ;;
+                esac ;;
+            "gpubox daemon")
+                case "$word" in
+                status | stop) path+=" $word" ;;
+                esac ;;
+            "gpubox daemon stop")
+                case "$word" in
+                --timeout) skip=1 ;;
+                esac ;;
         esac
     done
     case "$path" in
         "gpubox")
-            words='-V --version -h --help top run queue'
+            words='-V --version -h --help top run queue daemon'
             ;;
         "gpubox top")
             case "$prev" in
@@ -46,7 +90,99 @@ _gpubox() {
             arg_kind=files
             ;;
         "gpubox queue")
-            words='-h --help'
+            words='-h --help add ls show logs cancel wait retry pause resume clean edit'
+            ;;
+        "gpubox queue add")
+            case "$prev" in
+                --name) COMPREPLY=(); return ;;
+                --kind) COMPREPLY=(); return ;;
+                --gpus) COMPREPLY=(); return ;;
+                --gpu) COMPREPLY=(); return ;;
+                --gpu-mem) COMPREPLY=(); return ;;
+                --priority) COMPREPLY=(); return ;;
+                --after) COMPREPLY=(); return ;;
+                --time-limit) COMPREPLY=(); return ;;
+                --retries) COMPREPLY=(); return ;;
+                --tag) COMPREPLY=(); return ;;
+                --env) COMPREPLY=(); return ;;
+                --cwd) COMPREPLY=(); return ;;
+                --file) mapfile -t COMPREPLY < <(compgen -f -- "$cur"); return ;;
+            esac
+            words='--name --kind --gpus --gpu --gpu-mem --priority --after --time-limit --retries --tag --env --cwd --shell --no-probe --share --file --json -h --help'
+            arg_kind=none
+            ;;
+        "gpubox queue ls")
+            case "$prev" in
+                --state) COMPREPLY=(); return ;;
+            esac
+            words='-a --all --state --json -h --help'
+            ;;
+        "gpubox queue show")
+            words='--json -h --help'
+            arg_kind=none
+            ;;
+        "gpubox queue logs")
+            case "$prev" in
+                --attempt) COMPREPLY=(); return ;;
+            esac
+            words='-f --follow --stderr --attempt -h --help'
+            arg_kind=none
+            ;;
+        "gpubox queue cancel")
+            words='--json -h --help'
+            arg_kind=none
+            ;;
+        "gpubox queue wait")
+            case "$prev" in
+                --timeout) COMPREPLY=(); return ;;
+            esac
+            words='--timeout --json -h --help'
+            arg_kind=none
+            ;;
+        "gpubox queue retry")
+            words='--json -h --help'
+            arg_kind=none
+            ;;
+        "gpubox queue pause")
+            case "$prev" in
+                --gpu) COMPREPLY=(); return ;;
+            esac
+            words='--gpu -h --help'
+            ;;
+        "gpubox queue resume")
+            case "$prev" in
+                --gpu) COMPREPLY=(); return ;;
+            esac
+            words='--gpu -h --help'
+            ;;
+        "gpubox queue clean")
+            case "$prev" in
+                --older-than) COMPREPLY=(); return ;;
+            esac
+            words='--older-than --json -h --help'
+            ;;
+        "gpubox queue edit")
+            case "$prev" in
+                --priority) COMPREPLY=(); return ;;
+                --gpus) COMPREPLY=(); return ;;
+                --gpu) COMPREPLY=(); return ;;
+                --gpu-mem) COMPREPLY=(); return ;;
+                --time-limit) COMPREPLY=(); return ;;
+            esac
+            words='--priority --gpus --gpu --gpu-mem --time-limit --no-time-limit --json -h --help'
+            arg_kind=none
+            ;;
+        "gpubox daemon")
+            words='-h --help status stop'
+            ;;
+        "gpubox daemon status")
+            words='--json -h --help'
+            ;;
+        "gpubox daemon stop")
+            case "$prev" in
+                --timeout) COMPREPLY=(); return ;;
+            esac
+            words='--timeout -h --help'
             ;;
     esac
     # An option, or a command that takes no argument: its options and subcommands.

@@ -19,12 +19,67 @@ function __gpubox_path --description 'The gpubox command path on the command lin
         switch $path
             case 'gpubox'
                 switch $word
-                    case top run queue
+                    case top run queue daemon
                         set path "$path $word"
                 end
             case 'gpubox top'
                 switch $word
                     case -i --interval -g --gpu
+                        set skip 1
+                end
+            case 'gpubox queue'
+                switch $word
+                    case add ls show logs cancel wait retry pause resume clean edit
+                        set path "$path $word"
+                end
+            case 'gpubox queue add'
+                switch $word
+                    case --name --kind --gpus --gpu --gpu-mem --priority --after --time-limit --retries --tag --env --cwd --file
+                        set skip 1
+                end
+            case 'gpubox queue ls'
+                switch $word
+                    case --state
+                        set skip 1
+                end
+            case 'gpubox queue logs'
+                switch $word
+                    case --attempt
+                        set skip 1
+                end
+            case 'gpubox queue wait'
+                switch $word
+                    case --timeout
+                        set skip 1
+                end
+            case 'gpubox queue pause'
+                switch $word
+                    case --gpu
+                        set skip 1
+                end
+            case 'gpubox queue resume'
+                switch $word
+                    case --gpu
+                        set skip 1
+                end
+            case 'gpubox queue clean'
+                switch $word
+                    case --older-than
+                        set skip 1
+                end
+            case 'gpubox queue edit'
+                switch $word
+                    case --priority --gpus --gpu --gpu-mem --time-limit
+                        set skip 1
+                end
+            case 'gpubox daemon'
+                switch $word
+                    case status stop
+                        set path "$path $word"
+                end
+            case 'gpubox daemon stop'
+                switch $word
+                    case --timeout
                         set skip 1
                 end
         end
@@ -40,6 +95,7 @@ complete -c gpubox -f
 complete -c gpubox -n "__gpubox_at 'gpubox'" -a top -d 'Every GPU and GPU process, live: SM activity, PCIe traffic, memory, dataloader wait'
 complete -c gpubox -n "__gpubox_at 'gpubox'" -a run -d 'Run a command with the dataloader probe attached, so `gpubox top` shows its loader_wait'
 complete -c gpubox -n "__gpubox_at 'gpubox'" -a queue -d 'A local queue that runs training, quantization and inference jobs on the GPUs'
+complete -c gpubox -n "__gpubox_at 'gpubox'" -a daemon -d 'The queue daemon: starts jobs as GPUs free up (clients start it when it is not running)'
 complete -c gpubox -n "__gpubox_at 'gpubox'" -s V -l version -d 'Print the version and exit.'
 complete -c gpubox -n "__gpubox_at 'gpubox'" -s h -l help -d 'Show this message and exit.'
 complete -c gpubox -n "__gpubox_at 'gpubox top'" -l once -d 'Print one snapshot and exit.'
@@ -51,4 +107,72 @@ complete -c gpubox -n "__gpubox_at 'gpubox top'" -l no-color -d 'No colour, even
 complete -c gpubox -n "__gpubox_at 'gpubox top'" -s h -l help -d 'Show this message and exit.'
 complete -c gpubox -n "__gpubox_at 'gpubox run'" -s h -l help -d 'Show this message and exit.'
 complete -c gpubox -n "__gpubox_at 'gpubox run'" -F
+complete -c gpubox -n "__gpubox_at 'gpubox queue'" -a add -d 'Queue a command; print its job id'
+complete -c gpubox -n "__gpubox_at 'gpubox queue'" -a ls -d 'List jobs: queued and running ones, and why each queued job waits'
+complete -c gpubox -n "__gpubox_at 'gpubox queue'" -a show -d 'Everything about one job, with every attempt and its logs'
+complete -c gpubox -n "__gpubox_at 'gpubox queue'" -a logs -d 'Print a job\'s output (the latest attempt\'s, unless --attempt)'
+complete -c gpubox -n "__gpubox_at 'gpubox queue'" -a cancel -d 'Cancel queued jobs; stop running ones (SIGTERM to the whole tree, SIGKILL after a grace period)'
+complete -c gpubox -n "__gpubox_at 'gpubox queue'" -a wait -d 'Wait for jobs to end; exit with the job\'s own exit code (the first failed one\'s, for several)'
+complete -c gpubox -n "__gpubox_at 'gpubox queue'" -a retry -d 'Queue finished jobs again (failed, cancelled, timed out, lost or succeeded)'
+complete -c gpubox -n "__gpubox_at 'gpubox queue'" -a pause -d 'Start no new jobs (on one GPU, with --gpu); running jobs keep running'
+complete -c gpubox -n "__gpubox_at 'gpubox queue'" -a resume -d 'Start jobs again (on one GPU, with --gpu)'
+complete -c gpubox -n "__gpubox_at 'gpubox queue'" -a clean -d 'Forget finished jobs, with their logs'
+complete -c gpubox -n "__gpubox_at 'gpubox queue'" -a edit -d 'Change a queued job\'s priority, GPUs or time limit'
 complete -c gpubox -n "__gpubox_at 'gpubox queue'" -s h -l help -d 'Show this message and exit.'
+complete -c gpubox -n "__gpubox_at 'gpubox queue add'" -l name -x -d 'A name to show in listings.'
+complete -c gpubox -n "__gpubox_at 'gpubox queue add'" -l kind -x -d 'infer, quantize, train, batch or other (default: other).'
+complete -c gpubox -n "__gpubox_at 'gpubox queue add'" -l gpus -x -d 'How many GPUs (default: 1 on a box with GPUs; 0 makes a CPU-only job).'
+complete -c gpubox -n "__gpubox_at 'gpubox queue add'" -l gpu -x -d 'These GPUs: indexes or UUIDs, as 0,2.'
+complete -c gpubox -n "__gpubox_at 'gpubox queue add'" -l gpu-mem -x -d 'Free memory needed on each GPU, as 40G.'
+complete -c gpubox -n "__gpubox_at 'gpubox queue add'" -l priority -x -d 'Higher runs first (default 0).'
+complete -c gpubox -n "__gpubox_at 'gpubox queue add'" -l after -x -d 'Run when these jobs have succeeded: ID[,ID...].'
+complete -c gpubox -n "__gpubox_at 'gpubox queue add'" -l time-limit -x -d 'Stop the job after this long, as 90m or 2h.'
+complete -c gpubox -n "__gpubox_at 'gpubox queue add'" -l retries -x -d 'Queue a failed job again, up to N times.'
+complete -c gpubox -n "__gpubox_at 'gpubox queue add'" -l tag -x -d 'key=value, for reports (repeatable).'
+complete -c gpubox -n "__gpubox_at 'gpubox queue add'" -l env -x -d 'NAME=value to set for the job (repeatable).'
+complete -c gpubox -n "__gpubox_at 'gpubox queue add'" -l cwd -x -d 'Run there (default: the current directory).'
+complete -c gpubox -n "__gpubox_at 'gpubox queue add'" -l shell -d 'Run the command as one string through /bin/sh -c.'
+complete -c gpubox -n "__gpubox_at 'gpubox queue add'" -l no-probe -d 'Do not attach the dataloader probe.'
+complete -c gpubox -n "__gpubox_at 'gpubox queue add'" -l share -d 'May share GPUs with other --share jobs where memory fits.'
+complete -c gpubox -n "__gpubox_at 'gpubox queue add'" -l file -r -F -d 'Add every job in this file: a command or a JSON object per line (\'-\': stdin).'
+complete -c gpubox -n "__gpubox_at 'gpubox queue add'" -l json -d 'Print one JSON document (schema 1) instead of text.'
+complete -c gpubox -n "__gpubox_at 'gpubox queue add'" -s h -l help -d 'Show this message and exit.'
+complete -c gpubox -n "__gpubox_at 'gpubox queue ls'" -s a -l all -d 'Also list jobs that have ended.'
+complete -c gpubox -n "__gpubox_at 'gpubox queue ls'" -l state -x -d 'Only jobs in this state (repeatable): queued, running, succeeded, ...'
+complete -c gpubox -n "__gpubox_at 'gpubox queue ls'" -l json -d 'Print one JSON document (schema 1) instead of text.'
+complete -c gpubox -n "__gpubox_at 'gpubox queue ls'" -s h -l help -d 'Show this message and exit.'
+complete -c gpubox -n "__gpubox_at 'gpubox queue show'" -l json -d 'Print one JSON document (schema 1) instead of text.'
+complete -c gpubox -n "__gpubox_at 'gpubox queue show'" -s h -l help -d 'Show this message and exit.'
+complete -c gpubox -n "__gpubox_at 'gpubox queue logs'" -s f -l follow -d 'Keep printing until the job ends.'
+complete -c gpubox -n "__gpubox_at 'gpubox queue logs'" -l stderr -d 'The job\'s stderr instead of its stdout.'
+complete -c gpubox -n "__gpubox_at 'gpubox queue logs'" -l attempt -x -d 'This attempt (default: the latest).'
+complete -c gpubox -n "__gpubox_at 'gpubox queue logs'" -s h -l help -d 'Show this message and exit.'
+complete -c gpubox -n "__gpubox_at 'gpubox queue cancel'" -l json -d 'Print one JSON document (schema 1) instead of text.'
+complete -c gpubox -n "__gpubox_at 'gpubox queue cancel'" -s h -l help -d 'Show this message and exit.'
+complete -c gpubox -n "__gpubox_at 'gpubox queue wait'" -l timeout -x -d 'Give up after this long (exit 124), as 30s or 2h.'
+complete -c gpubox -n "__gpubox_at 'gpubox queue wait'" -l json -d 'Print one JSON document (schema 1) instead of text.'
+complete -c gpubox -n "__gpubox_at 'gpubox queue wait'" -s h -l help -d 'Show this message and exit.'
+complete -c gpubox -n "__gpubox_at 'gpubox queue retry'" -l json -d 'Print one JSON document (schema 1) instead of text.'
+complete -c gpubox -n "__gpubox_at 'gpubox queue retry'" -s h -l help -d 'Show this message and exit.'
+complete -c gpubox -n "__gpubox_at 'gpubox queue pause'" -l gpu -x -d 'Only this GPU (index or UUID), for maintenance.'
+complete -c gpubox -n "__gpubox_at 'gpubox queue pause'" -s h -l help -d 'Show this message and exit.'
+complete -c gpubox -n "__gpubox_at 'gpubox queue resume'" -l gpu -x -d 'Only this GPU (index or UUID).'
+complete -c gpubox -n "__gpubox_at 'gpubox queue resume'" -s h -l help -d 'Show this message and exit.'
+complete -c gpubox -n "__gpubox_at 'gpubox queue clean'" -l older-than -x -d 'Only jobs that ended longer ago than this, as 7d.'
+complete -c gpubox -n "__gpubox_at 'gpubox queue clean'" -l json -d 'Print one JSON document (schema 1) instead of text.'
+complete -c gpubox -n "__gpubox_at 'gpubox queue clean'" -s h -l help -d 'Show this message and exit.'
+complete -c gpubox -n "__gpubox_at 'gpubox queue edit'" -l priority -x -d 'New priority.'
+complete -c gpubox -n "__gpubox_at 'gpubox queue edit'" -l gpus -x -d 'New GPU count (0: CPU-only).'
+complete -c gpubox -n "__gpubox_at 'gpubox queue edit'" -l gpu -x -d 'New GPUs: indexes or UUIDs, as 0,2.'
+complete -c gpubox -n "__gpubox_at 'gpubox queue edit'" -l gpu-mem -x -d 'New free memory needed per GPU.'
+complete -c gpubox -n "__gpubox_at 'gpubox queue edit'" -l time-limit -x -d 'New time limit, as 2h.'
+complete -c gpubox -n "__gpubox_at 'gpubox queue edit'" -l no-time-limit -d 'Remove the time limit.'
+complete -c gpubox -n "__gpubox_at 'gpubox queue edit'" -l json -d 'Print one JSON document (schema 1) instead of text.'
+complete -c gpubox -n "__gpubox_at 'gpubox queue edit'" -s h -l help -d 'Show this message and exit.'
+complete -c gpubox -n "__gpubox_at 'gpubox daemon'" -a status -d 'Say whether the daemon runs, with its pid and queue counts; exit 4 when it does not'
+complete -c gpubox -n "__gpubox_at 'gpubox daemon'" -a stop -d 'Stop the daemon; running jobs keep running. Succeeds when none was running'
+complete -c gpubox -n "__gpubox_at 'gpubox daemon'" -s h -l help -d 'Show this message and exit.'
+complete -c gpubox -n "__gpubox_at 'gpubox daemon status'" -l json -d 'Print one JSON document (schema 1) instead of text.'
+complete -c gpubox -n "__gpubox_at 'gpubox daemon status'" -s h -l help -d 'Show this message and exit.'
+complete -c gpubox -n "__gpubox_at 'gpubox daemon stop'" -l timeout -x -d 'Seconds to wait for it to exit.'
+complete -c gpubox -n "__gpubox_at 'gpubox daemon stop'" -s h -l help -d 'Show this message and exit.'

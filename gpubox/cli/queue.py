@@ -94,7 +94,7 @@ def _emit(command: str, data: Any, as_json: bool, text: str) -> None:
 def add(
     command: Annotated[
         list[str] | None,
-        typer.Argument(metavar="CMD [ARGS]...", help="The command and its arguments.", show_default=False),
+        typer.Argument(metavar="COMMAND", help="The command and its arguments.", show_default=False),
     ] = None,
     name: Annotated[str | None, typer.Option("--name", help="A name to show in listings.")] = None,
     kind: Annotated[
