@@ -82,7 +82,7 @@ COLUMNS = (
     Column("job", "Job", 11, False, lambda p, g, t: fmt.job(p.job_id, p.job_kind), lambda p, g: p.job_id),
     Column("command", "Command", None, False, lambda p, g, t: p.command or fmt.DASH, lambda p, g: p.command),
 )
-MIN_COMMAND_WIDTH = 20
+MIN_COMMAND_WIDTH = 12  # at 120 columns the command keeps 13: the table fits without scrolling
 COLUMN_KEYS = tuple(c.key for c in COLUMNS)
 _BY_KEY = {c.key: c for c in COLUMNS}
 _JUSTIFY: dict[str, JustifyMethod] = {c.key: "right" if c.numeric or c.key == "pid" else "left" for c in COLUMNS}
