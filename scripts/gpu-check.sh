@@ -25,4 +25,6 @@ echo "== top --once --json under load"
 timeout 240 "$PYTHON" scripts/gpu_check.py || status=1
 echo "== loader_wait: a slow and a fast DataLoader feeding a CUDA training loop"
 timeout 180 "$PYTHON" scripts/gpu_check_loader.py || status=1
+echo "== queue: two 1-GPU jobs get their own GPU (or run in turn), a CPU-only job sees none"
+timeout 300 "$PYTHON" scripts/gpu_check_queue.py || status=1
 exit $status

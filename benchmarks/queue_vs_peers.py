@@ -1,0 +1,169 @@
+"""The figures behind benchmarks/queue_vs_peers.sh (run that; it installs the peers).
+
+1. Throughput: N jobs running `true`, one at a time (each tool's default: one slot), from the
+   first submission to the last job finished. Each tool submits its fastest way:
+   gpubox `queue add --file` (one call), task-spooler one `tsp true` per job (its server starts
+   on the first call, as gpubox's daemon does), nq one `nq true` per job. The end is when the
+   tool's own wait returns (`tsp -w`, `nq -w`, `gpubox queue wait`).
+2. Latency of one `gpubox queue add --gpus 0 -- true` with the daemon running (median of 40).
+3. Daemon CPU while idle, with N finished and 100 queued jobs (the queue paused), over 20 s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+GPUBOX = [sys.executable, "-m", "gpubox"]
+TICK = os.sysconf("SC_CLK_TCK")
+
+
+def _env(home: Path) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("GPUBOX_", "TS_", "NQ"))}
+    env.update(
+        HOME=str(home),
+        GPUBOX_STATE_DIR=str(home / "state"),
+        GPUBOX_RUNTIME_DIR=str(home / "run"),
+        GPUBOX_SYSTEM_CONFIG=str(home / "none.toml"),
+        TS_SOCKET=str(home / "ts.sock"),
+        TS_MAXFINISHED=str(100000),
+        TMPDIR=str(home / "tmp"),
+        NQDIR=str(home / "nq"),
+    )
+    (home / "tmp").mkdir(parents=True, exist_ok=True)
+    (home / "nq").mkdir(parents=True, exist_ok=True)
+    return env
+
+
+def _run(cmd: list[str], env: dict[str, str], **kw: object) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(cmd, env=env, check=True, text=True, capture_output=True, **kw)  # type: ignore[call-overload]
+
+
+def gpubox_throughput(n: int, home: Path) -> float:
+    env = _env(home)
+    jobs = home / "jobs.txt"
+    jobs.write_text("true\n" * n)
+    t0 = time.perf_counter()
+    out = _run([*GPUBOX, "queue", "add", "--gpus", "0", "--no-probe", "--file", str(jobs)], env).stdout.split()
+    _run([*GPUBOX, "queue", "wait", out[-1]], env)
+    elapsed = time.perf_counter() - t0
+    states = _run([*GPUBOX, "queue", "ls", "--all", "--json"], env).stdout
+    assert states.count('"state": "succeeded"') == n, "not every gpubox job succeeded"
+    return elapsed
+
+
+def tsp_throughput(n: int, home: Path) -> float:
+    env = _env(home)
+    t0 = time.perf_counter()
+    for _ in range(n):
+        subprocess.run(["tsp", "true"], env=env, check=True, stdout=subprocess.DEVNULL)
+    subprocess.run(["tsp", "-w"], env=env, check=False, stdout=subprocess.DEVNULL)
+    elapsed = time.perf_counter() - t0
+    listing = _run(["tsp"], env).stdout
+    assert listing.count("finished") == n, "not every task-spooler job finished"
+    subprocess.run(["tsp", "-K"], env=env, check=False, capture_output=True)
+    return elapsed
+
+
+def nq_throughput(n: int, home: Path) -> float:
+    env = _env(home)
+    t0 = time.perf_counter()
+    for _ in range(n):
+        subprocess.run(["nq", "true"], env=env, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    subprocess.run(["nq", "-w"], env=env, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    elapsed = time.perf_counter() - t0
+    assert len(list((home / "nq").glob(",*"))) == n, "not every nq job ran"
+    return elapsed
+
+
+def add_latency(home: Path, runs: int = 40) -> list[float]:
+    env = _env(home)
+    _run([*GPUBOX, "queue", "pause"], env)
+    _run([*GPUBOX, "queue", "add", "--gpus", "0", "--", "true"], env)  # starts the daemon
+    times = []
+    for _ in range(runs):
+        t0 = time.perf_counter()
+        _run([*GPUBOX, "queue", "add", "--gpus", "0", "--", "true"], env)
+        times.append(time.perf_counter() - t0)
+    return times
+
+
+def idle_cpu(n: int, home: Path, seconds: float = 20.0) -> float:
+    env = _env(home)
+    jobs = home / "jobs.txt"
+    jobs.write_text("true\n" * n)
+    last = _run([*GPUBOX, "queue", "add", "--gpus", "0", "--no-probe", "--file", str(jobs)], env).stdout.split()[-1]
+    _run([*GPUBOX, "queue", "wait", last], env)
+    _run([*GPUBOX, "queue", "pause"], env)
+    jobs.write_text("true\n" * 100)
+    _run([*GPUBOX, "queue", "add", "--gpus", "0", "--file", str(jobs)], env)
+    pid = int((home / "state" / "daemon.lock").read_text().split()[0])
+
+    def cpu() -> float:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / TICK
+
+    time.sleep(2.0)  # let the resume of the last pass settle
+    c0, t0 = cpu(), time.monotonic()
+    time.sleep(seconds)
+    return 100.0 * (cpu() - c0) / (time.monotonic() - t0)
+
+
+def _stop(home: Path) -> None:
+    subprocess.run([*GPUBOX, "daemon", "stop"], env=_env(home), capture_output=True, check=False)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--jobs", type=int, default=1000)
+    parser.add_argument("--rounds", type=int, default=3, help="throughput runs per tool (median reported)")
+    args = parser.parse_args()
+    root = Path(tempfile.mkdtemp(prefix="gpubox-bench-"))
+    results: dict[str, list[float]] = {"gpubox": [], "task-spooler": [], "nq": []}
+    try:
+        for r in range(args.rounds):  # interleaved, so a busy moment hits every tool alike
+            for name, fn in (("gpubox", gpubox_throughput), ("task-spooler", tsp_throughput), ("nq", nq_throughput)):
+                home = root / f"{name}-{r}"
+                try:
+                    results[name].append(fn(args.jobs, home))
+                finally:
+                    if name == "gpubox":
+                        _stop(home)
+        print(
+            f"{args.jobs} jobs running `true`, one slot, first submission to last job finished "
+            f"(median of {args.rounds}):"
+        )
+        print("| tool | median s | min s | jobs/s |")
+        print("|---|---:|---:|---:|")
+        for name, times in results.items():
+            med = statistics.median(times)
+            print(f"| {name} | {med:.2f} | {min(times):.2f} | {args.jobs / med:.0f} |")
+        home = root / "latency"
+        try:
+            lat = add_latency(home)
+        finally:
+            _stop(home)
+        print(
+            f"\none `gpubox queue add` with the daemon running: median {1000 * statistics.median(lat):.1f} ms, "
+            f"min {1000 * min(lat):.1f} ms, max {1000 * max(lat):.1f} ms ({len(lat)} runs)"
+        )
+        home = root / "idle"
+        try:
+            pct = idle_cpu(args.jobs, home)
+        finally:
+            _stop(home)
+        print(f"daemon CPU while idle with {args.jobs} finished and 100 queued jobs: {pct:.2f}% of one core")
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
