@@ -57,14 +57,14 @@ def _store(paths: Paths) -> JobStore:
     return open_store(paths)
 
 
-def _box_gpus() -> list[GpuInfo]:
+def _box_gpus(why: str = "this job names GPUs") -> list[GpuInfo]:
     from gpubox.queue.gpus import NoNvml, NvmlGpus
 
     source = NvmlGpus()
     try:
         return source.read()
     except NoNvml as exc:
-        raise GpuboxError(f"this job names GPUs, but {exc}", ExitCode.NO_GPU) from None
+        raise GpuboxError(f"{why}, but {exc}", ExitCode.NO_GPU) from None
     finally:
         source.close()
 
@@ -184,6 +184,11 @@ def add(
             specs = [build_spec(command or [], opts, base_env, base_cwd, lookup)]
         store = _store(paths)
         try:
+            if file is not None:  # name the line of a dependency that does not exist
+                for (number, _, _), spec in zip(entries, specs, strict=True):
+                    for dep in spec.after:
+                        if store.get(dep) is None:
+                            raise ValueError(f"{file}:{number}: job {dep} (named in after) does not exist")
             jobs = store.add_many(specs)
         finally:
             store.close()
@@ -314,11 +319,11 @@ def cancel(ids: IDS, as_json: JSON = False) -> None:
         finally:
             store.close()
     ended = [r for r in results if r.action == "ended already"]
-    lines = [
-        f"job {r.job.id}: {r.action}" + (f" ({r.job.state})" if r.action == "ended already" else "") for r in results
-    ]
+    lines = [f"job {r.job.id}: {r.action}" for r in results if r.action != "ended already"]
     data = {"jobs": [{**job_record(r.job), "action": r.action} for r in results]}
     _emit("queue cancel", data, as_json, "\n".join(lines))
+    for r in ended:
+        sys.stderr.write(f"gpubox: job {r.job.id} ended already ({r.job.state})\n")
     if ended:
         raise typer.Exit(int(ExitCode.FAILED))
 
@@ -386,7 +391,7 @@ def _pause_target(gpu: str | None) -> tuple[str, str]:
 
     if gpu is None:
         return QUEUE, "the queue"
-    box = _box_gpus()
+    box = _box_gpus(f"--gpu {gpu} names a GPU")
     (uuid,) = resolve_gpus([gpu], box)
     index = next(g.index for g in box if g.uuid == uuid)
     return uuid, f"GPU {index}"

@@ -363,6 +363,7 @@ class Daemon:
 
     def _start(self, store: JobStore, job: Job, gpu_uuids: tuple[str, ...]) -> None:
         attempt = job.attempt + 1
+        ensure_private_dir(self.logs_dir)
         ensure_private_dir(self.logs_dir / str(job.id))
         launch = supervise.Launch(
             job_id=job.id,

@@ -15,6 +15,8 @@ from typing import Any
 KINDS = ("infer", "quantize", "train", "batch", "other")  # also the default order: most urgent first
 STATES = ("queued", "running", "succeeded", "failed", "cancelled", "timeout", "lost")
 END_STATES = ("succeeded", "failed", "cancelled", "timeout", "lost")
+MAX_PRIORITY = 1000
+MAX_RETRIES = 100
 # How one attempt can end; `preempted` sends the job back to the queue.
 OUTCOMES = (*END_STATES, "preempted")
 
@@ -148,7 +150,9 @@ def check_spec(spec: JobSpec, kinds: tuple[str, ...]) -> None:
         raise ValueError("a CPU-only job (--gpus 0) cannot ask for GPU memory")
     if spec.time_limit_s is not None and not spec.time_limit_s > 0:
         raise ValueError(f"the time limit must be positive, not {spec.time_limit_s}")
-    if spec.retries < 0:
-        raise ValueError(f"retries must be 0 or more, not {spec.retries}")
+    if not 0 <= spec.retries <= MAX_RETRIES:
+        raise ValueError(f"invalid retries {spec.retries}: expected 0 to {MAX_RETRIES}")
+    if not -MAX_PRIORITY <= spec.priority <= MAX_PRIORITY:
+        raise ValueError(f"invalid priority {spec.priority}: expected {-MAX_PRIORITY} to {MAX_PRIORITY}")
     if "\0" in "".join(spec.argv) or "\0" in spec.cwd:
         raise ValueError("the command contains a NUL byte")

@@ -149,6 +149,7 @@ class JobStore:
             self._db.execute("PRAGMA foreign_keys = ON")
             if not durable:
                 self._db.execute("PRAGMA synchronous = NORMAL")
+            self._refuse_foreign()  # before WAL mode, which would change someone else's file
             mode = self._db.execute("PRAGMA journal_mode = WAL").fetchone()[0]
             if str(mode).lower() != "wal":
                 raise StoreError(f"the job database {self.path} cannot use WAL mode")
@@ -163,6 +164,11 @@ class JobStore:
             side = Path(f"{self.path}{suffix}")
             if side.exists():
                 os.chmod(side, 0o600)
+
+    def _refuse_foreign(self) -> None:
+        version = self._db.execute("PRAGMA user_version").fetchone()[0]
+        if version == 0 and self._db.execute("SELECT count(*) FROM sqlite_master").fetchone()[0]:
+            raise StoreError(f"{self.path} is an SQLite database, but not gpubox's")
 
     def _init_schema(self) -> None:
         if self._db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION:

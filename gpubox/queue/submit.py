@@ -83,10 +83,6 @@ def build_spec(
         raise ValueError(f"working directory {cwd} does not exist")
     if opts.name is not None and (not opts.name.strip() or "\n" in opts.name):
         raise ValueError(f"invalid name {opts.name!r}: expected one non-empty line")
-    if opts.priority is not None and not -1000 <= opts.priority <= 1000:
-        raise ValueError(f"invalid priority {opts.priority}: expected -1000 to 1000")
-    if opts.retries is not None and not 0 <= opts.retries <= 100:
-        raise ValueError(f"invalid retries {opts.retries}: expected 0 to 100")
     if opts.gpus is not None and opts.gpus < 0:
         raise ValueError(f"invalid GPU count {opts.gpus}: expected 0 or more")
     gpu_ids: tuple[str, ...] | None = None

@@ -109,20 +109,32 @@ class QueueBox:
         return proc
 
 
+def _marked(state_dir: Path) -> set[int]:
+    """Every process whose environment names this test's state directory: the daemons (also one
+    still starting), spare supervisors, supervisors and jobs, which all inherit it."""
+    marker = f"GPUBOX_STATE_DIR={state_dir}".encode()
+    found = set()
+    for name in os.listdir("/proc"):
+        if name.isdigit() and int(name) != os.getpid():
+            with suppress(OSError):
+                if marker in Path(f"/proc/{name}/environ").read_bytes().split(b"\0"):
+                    found.add(int(name))
+    return found
+
+
 def kill_everything(box: QueueBox) -> None:
-    """SIGKILL the daemon and every supervisor recorded, with all their descendants."""
-    pids: set[int] = set()
-    holder = box.daemon_pid()
-    if holder and holder > 0:
-        pids.add(holder)
-    with suppress(sqlite3.Error):
-        for (pid,) in box.rows("SELECT pid FROM attempts WHERE pid IS NOT NULL"):
-            pids.add(pid)
-    for pid in list(pids):
-        pids |= proctree.descendants(pid)
-    for pid in pids:
-        with suppress(ProcessLookupError, PermissionError):
-            os.kill(pid, signal.SIGKILL)
+    """SIGKILL the daemon and every supervisor and job this test started, with their descendants."""
+    for _ in range(3):  # a daemon that a client was just starting appears a moment later
+        pids = _marked(box.state_dir)
+        holder = box.daemon_pid()
+        if holder and holder > 0:
+            pids.add(holder)
+        for pid in list(pids):
+            pids |= proctree.descendants(pid)
+        for pid in pids:
+            with suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
+        time.sleep(0.05)
 
 
 @pytest.fixture
