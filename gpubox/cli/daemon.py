@@ -65,12 +65,12 @@ def status(as_json: JSON = False) -> None:
     if as_json:
         from gpubox.cli.output import print_json
 
-        print_json("daemon status", {"running": True, **info})
+        print_json("daemon status", {**info, "running": True})
         return
     up = time.time() - float(info.get("started_at", time.time()))
     paused = ", ".join(info.get("paused") or []) or "nothing"
     sys.stdout.write(
-        f"running: pid {info.get('pid')}, up {int(up)}s, {info.get('queued')} queued, {info.get('running')} running, "
+        f"running: pid {info.get('pid')}, up {int(up)}s, {info.get('queued_jobs')} queued, {info.get('running_jobs')} running, "
         f"paused: {paused}\nstate {info.get('state_dir')}\nsocket {info.get('socket')}\n"
     )
 

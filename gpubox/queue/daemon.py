@@ -242,8 +242,8 @@ class Daemon:
             "boot_id": self.boot,
             "state_dir": str(self.paths.state_dir),
             "socket": str(self.socket_path),
-            "queued": counts.get("queued", 0),
-            "running": counts.get("running", 0),
+            "queued_jobs": counts.get("queued", 0),
+            "running_jobs": counts.get("running", 0),
             "paused": sorted(store.paused()),
         }
 

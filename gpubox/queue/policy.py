@@ -41,6 +41,7 @@ class RunningJob:
     gpu_uuids: tuple[str, ...]
     ends_by: float | None
     share: bool = False
+    gpu_mem_bytes: int | None = None  # what it asked for on each GPU
 
 
 @dataclass(frozen=True)
@@ -102,14 +103,19 @@ class _Board:
         self.gpus = sorted(gpus, key=lambda g: g.index)
         self.by_uuid = {g.uuid: g for g in self.gpus}
         self.holders: dict[str, list[RunningJob]] = {g.uuid: [] for g in self.gpus}
-        self.reserved: dict[str, int] = {g.uuid: 0 for g in self.gpus}
+        self.reserved: dict[str, int] = {g.uuid: 0 for g in self.gpus}  # by jobs started in this pass
+        declared: dict[str, int] = {g.uuid: 0 for g in self.gpus}
         for job in running:
             for uuid in job.gpu_uuids:
                 if uuid in self.holders:
                     self.holders[uuid].append(job)
+                    declared[uuid] += job.gpu_mem_bytes or 0
+        # A running job may not have allocated what it asked for yet (CUDA start-up, loading a
+        # model): a GPU counts as using at least what its running jobs asked for.
+        self.unallocated = {g.uuid: max(0, declared[g.uuid] - g.mem_used_bytes) for g in self.gpus}
 
     def free(self, gpu: GpuState) -> int:
-        return gpu.mem_total_bytes - gpu.mem_used_bytes - self.reserved[gpu.uuid]
+        return gpu.mem_total_bytes - gpu.mem_used_bytes - self.unallocated[gpu.uuid] - self.reserved[gpu.uuid]
 
     def blockers(self, gpu: GpuState, job: JobRequest) -> list[RunningJob]:
         return [h for h in self.holders[gpu.uuid] if not (job.share and h.share)]
@@ -127,7 +133,7 @@ class _Board:
 
     def take(self, job: JobRequest, uuids: tuple[str, ...], now: float) -> None:
         ends = now + job.time_limit_s if job.time_limit_s is not None else None
-        held = RunningJob(job.id, job.kind, uuids, ends, job.share)
+        held = RunningJob(job.id, job.kind, uuids, ends, job.share, job.gpu_mem_bytes)
         for uuid in uuids:
             self.holders[uuid].append(held)
             self.reserved[uuid] += job.gpu_mem_bytes or 0

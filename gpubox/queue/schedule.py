@@ -127,6 +127,7 @@ def plan_pass(
             gpu_uuids=j.gpu_uuids,
             ends_by=(j.started_at or now) + j.spec.time_limit_s if j.spec.time_limit_s is not None else None,
             share=j.spec.share,
+            gpu_mem_bytes=j.spec.gpu_mem_bytes,
         )
         for j in running
     ]

@@ -156,8 +156,13 @@ def _read_launch(fd: int) -> Launch | None:
 def _spare_main(launch_r: int, done_w: int) -> int:
     os.setsid()  # out of the daemon's session: its terminal and its signals are not ours
     signal.set_wakeup_fd(-1)
-    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGCHLD, signal.SIGUSR1):
-        signal.signal(sig, signal.SIG_DFL)
+    # From here a cancel (SIGTERM) or preemption (SIGUSR1) is noted, even before the job runs:
+    # the daemon records this process as the job's supervisor before it hands the job over.
+    signal.signal(signal.SIGTERM, _note_stop)
+    signal.signal(signal.SIGUSR1, _note_stop)
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     # Nothing the daemon held open (its lock, socket, database) may stay open here.
     low, high = sorted((launch_r, done_w))
     os.closerange(3, low)
@@ -244,15 +249,21 @@ def _spawn(launch: Launch, out: int, err: int) -> subprocess.Popen[bytes] | Outc
     return Outcome(code, "failed", message)
 
 
+_stops: list[int] = []  # signals asking this supervisor to stop its job
+
+
+def _note_stop(signum: int, _frame: object) -> None:
+    _stops.append(signum)
+
+
 def _run(launch: Launch, out: int, err: int) -> Outcome:
     wake_r, wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
-    stop_asked: list[int] = []
     signal.set_wakeup_fd(wake_w)
     signal.signal(signal.SIGCHLD, lambda *_: None)
-    signal.signal(signal.SIGTERM, lambda signum, _: stop_asked.append(signum))
-    signal.signal(signal.SIGUSR1, lambda signum, _: stop_asked.append(signum))
-    signal.signal(signal.SIGHUP, signal.SIG_IGN)
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if _stops:  # asked to stop before the job ever ran: it does not run
+        if signal.SIGUSR1 in _stops:
+            return Outcome(None, "preempted", "stopped to make room for an infer job before it ran")
+        return Outcome(None, "cancelled", "stopped by SIGTERM before it ran")
     proc = _spawn(launch, out, err)
     if isinstance(proc, Outcome):
         return proc
@@ -272,8 +283,8 @@ def _run(launch: Launch, out: int, err: int) -> Outcome:
             reaped(pid, st)
         if status is not None:
             break
-        if stop_asked:
-            stopped_for = "preempt" if signal.SIGUSR1 in stop_asked else "cancel"
+        if _stops:
+            stopped_for = "preempt" if signal.SIGUSR1 in _stops else "cancel"
             proctree.stop_tree(me, proc.pid, launch.grace_s, reaped)
             break
         if deadline is not None and time.monotonic() >= deadline:

@@ -299,9 +299,10 @@ def test_share_jobs_do_not_overcommit_the_memory_they_declared(queue: QueueBox) 
     assert queue.job(second)["state"] == "queued", (
         f"job {second} (--share --gpu-mem 50G) started beside job {first} (--share --gpu-mem 50G) on one 79.6 GiB GPU"
     )
-    release(work, first, second)
+    release(work, first)
     queue.wait_state(first, ("succeeded",), WAIT)
     assert running_on(queue, second) == [uuid]
+    release(work, second)
     queue.wait_state(second, ("succeeded",), WAIT)
 
 
