@@ -70,8 +70,9 @@ def status(as_json: JSON = False) -> None:
     up = time.time() - float(info.get("started_at", time.time()))
     paused = ", ".join(info.get("paused") or []) or "nothing"
     sys.stdout.write(
-        f"running: pid {info.get('pid')}, up {int(up)}s, {info.get('queued_jobs')} queued, {info.get('running_jobs')} running, "
-        f"paused: {paused}\nstate {info.get('state_dir')}\nsocket {info.get('socket')}\n"
+        f"running: pid {info.get('pid')}, up {int(up)}s, {info.get('queued_jobs')} queued, "
+        f"{info.get('running_jobs')} running, paused: {paused}\n"
+        f"state {info.get('state_dir')}\nsocket {info.get('socket')}\n"
     )
 
 
