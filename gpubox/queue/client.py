@@ -187,7 +187,9 @@ def follow(
 
 
 def remove_logs(paths: Paths, ids: Sequence[int]) -> None:
-    import shutil
-
+    """Delete the log and exit files of every attempt of these jobs."""
+    folder = logs_dir(paths)
     for job_id in ids:
-        shutil.rmtree(logs_dir(paths) / str(job_id), ignore_errors=True)
+        for path in folder.glob(f"{job_id}.*"):
+            with suppress(FileNotFoundError):
+                path.unlink()

@@ -30,6 +30,7 @@ from gpubox.queue.jobs import Job
 from gpubox.queue.layout import LOCK_NAME, attempt_prefix, db_path, log_paths, logs_dir, socket_path
 from gpubox.queue.schedule import Plan, QueueConfig, plan_pass
 from gpubox.queue.store import JobStore, StoreError
+from gpubox.queue.zygote import Spawner
 
 START_GRACE_S = 30.0  # a job recorded as started without a supervisor pid for this long never ran
 
@@ -69,8 +70,8 @@ class Daemon:
         self.db_path = db_path(paths)
         self.socket_path = socket_path(paths)
         self.logs_dir = logs_dir(paths)
-        self.children: dict[int, int] = {}  # supervisor pid -> job id
         self.spare: supervise.Spare | None = None
+        self.spawner: Spawner | None = None
         self._done_w = -1
         self.reasons: dict[int, str] = {}
         self.last_gpus: list[GpuInfo] = []
@@ -118,7 +119,6 @@ class Daemon:
         wake_r, wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
         # Supervisors write "<job> <attempt>" here once the exit record is on disk.
         done_r, self._done_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
-        proctree.load_libc()  # once here, not in every supervisor
         listener: socket.socket | None = None
         old_handlers: dict[signal.Signals, Any] = {}
         try:
@@ -126,14 +126,17 @@ class Daemon:
             if lost:
                 self.log(f"marked lost after a restart of the machine: jobs {', '.join(map(str, lost))}")
             listener = self._listen()
+            ensure_private_dir(self.logs_dir)
             signal.set_wakeup_fd(wake_w)
-            for sig in (signal.SIGCHLD, signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+            for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
                 old_handlers[sig] = signal.signal(sig, self._on_signal)
             self.log(f"pid {os.getpid()}, state {self.paths.state_dir}, socket {self.socket_path}")
             self._loop(store, listener, wake_r, done_r)
         finally:
             if self.spare is not None:
                 supervise.discard(self.spare)
+            if self.spawner is not None:
+                self.spawner.close()
             signal.set_wakeup_fd(-1)
             for sig, handler in old_handlers.items():
                 signal.signal(sig, handler)
@@ -175,9 +178,6 @@ class Daemon:
                     _drain(wake_r)
             if self._stop:
                 break
-            for pid, _status in proctree.reap_children():
-                if self.children.pop(pid, None) is not None:
-                    self._dirty = True
             current = store.data_version()
             if current != version:
                 version, self._dirty = current, True
@@ -264,8 +264,6 @@ class Daemon:
         changed = False
         now = self.clock()
         for job in running:
-            if job.pid is not None and job.pid in self.children:
-                continue
             if job.pid is None:
                 if now - (job.started_at or now) < START_GRACE_S:
                     continue
@@ -280,15 +278,16 @@ class Daemon:
         return changed
 
     def _record_done(self, store: JobStore, line: bytes) -> None:
-        """A supervisor says its attempt ended: record it now, without waiting to reap it."""
-        try:
-            job_id, attempt = (int(x) for x in line.split())
-        except ValueError:
+        """A supervisor says how its attempt ended: record it now (its exit record says the same)."""
+        done = supervise.parse_done(line)
+        if done is None:
             return
+        job_id, attempt, outcome = done
         job = store.get(job_id)
         if job is None or job.state != "running" or job.attempt != attempt:
             return
-        outcome = self._exit_record(job) or supervise.Outcome(None, "lost", "its supervisor left no exit record")
+        if outcome.outcome == "cancelled" and job.request == "cancel":
+            outcome = supervise.Outcome(outcome.exit_code, outcome.outcome, "cancelled on request")
         self._finish(store, job, outcome)
 
     def _finish(self, store: JobStore, job: Job, outcome: supervise.Outcome) -> bool:
@@ -353,18 +352,25 @@ class Daemon:
                 states[dep] = found.state if found else None
         return states
 
+    def _new_spare(self) -> supervise.Spare:
+        if self.spawner is None:
+            self.spawner = Spawner(self._done_w)
+        self.spawner.ask()
+        return self.spawner.receive()
+
     def _keep_spare(self, wanted: bool) -> None:
         """Keep one supervisor forked ahead while jobs wait; none while the queue is empty."""
         if wanted and self.spare is None:
-            self.spare = supervise.fork_spare(self._done_w)
+            try:
+                self.spare = self._new_spare()
+            except OSError as exc:
+                self.log(f"could not prepare a supervisor ahead: {exc}")
         elif not wanted and self.spare is not None:
             supervise.discard(self.spare)
             self.spare = None
 
     def _start(self, store: JobStore, job: Job, gpu_uuids: tuple[str, ...]) -> None:
         attempt = job.attempt + 1
-        ensure_private_dir(self.logs_dir)
-        ensure_private_dir(self.logs_dir / str(job.id))
         launch = supervise.Launch(
             job_id=job.id,
             attempt=attempt,
@@ -376,7 +382,12 @@ class Daemon:
             daemon_pid=os.getpid(),
             socket_path=self.socket_path,
         )
-        spare = self.spare or supervise.fork_spare(self._done_w)
+        try:
+            spare = self.spare or self._new_spare()
+        except OSError as exc:
+            self.log(f"job {job.id}: could not start a supervisor ({exc}); trying again")
+            self._dirty = True
+            return
         self.spare = None
         started = store.mark_started(
             job.id, spare.pid, gpu_uuids, self.boot, str(launch.log_prefix), pid_start=spare.pid_start
@@ -385,7 +396,6 @@ class Daemon:
             self.spare = spare  # the job changed under us (cancelled, edited): keep it for the next one
             return
         supervise.hand_over(spare, launch)
-        self.children[spare.pid] = job.id
         self.reasons.pop(job.id, None)
 
     def _preempt(self, store: JobStore, job_id: int, for_job: int) -> None:
@@ -396,7 +406,7 @@ class Daemon:
             self.log(f"job {job_id} (batch) preempted for job {for_job} (infer)")
 
 
-WINDOW = 64  # jobs read per event-driven pass
+WINDOW = 32  # jobs read per event-driven pass
 
 
 def _drain(fd: int) -> bytes:

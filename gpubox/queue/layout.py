@@ -28,8 +28,10 @@ def logs_dir(paths: Paths) -> Path:
 
 
 def attempt_prefix(logs: Path, job_id: int, attempt: int) -> Path:
-    """Where an attempt's files live: `<prefix>.out`, `<prefix>.err` and `<prefix>.exit`."""
-    return logs / str(job_id) / str(attempt)
+    """Where an attempt's files live: `<prefix>.out`, `<prefix>.err` and `<prefix>.exit`.
+
+    One folder for all jobs (`logs/12.1.out`): no folder to create for each attempt."""
+    return logs / f"{job_id}.{attempt}"
 
 
 def log_paths(prefix: Path) -> tuple[Path, Path, Path]:

@@ -83,8 +83,9 @@ class Spare:
 
 
 def fork_spare(done_w: int) -> Spare:
-    """Fork a spare supervisor; `done_w` is where it will say "<job> <attempt>" when it is done."""
-    launch_r, launch_w = os.pipe()
+    """Fork a spare supervisor (the spawner does); `done_w` is where it says "<job> <attempt>"
+    when it is done."""
+    launch_r, launch_w = os.pipe2(os.O_CLOEXEC)
     pid = os.fork()
     if pid == 0:  # the supervisor
         code = 1
@@ -179,26 +180,40 @@ def _spare_main(launch_r: int, done_w: int) -> int:
     result = _run(launch, out, err)
     write_exit(exit_path, launch.attempt, result)
     told = False
-    with suppress(OSError):  # EPIPE when the daemon that forked us is gone
-        told = os.write(done_w, f"{launch.job_id} {launch.attempt}\n".encode()) > 0
-    if not told or os.getppid() != launch.daemon_pid:  # a later daemon: wake it up
+    with suppress(OSError):  # EPIPE when the daemon that asked for us is gone
+        told = os.write(done_w, done_message(launch.job_id, launch.attempt, result)) > 0
+    if not told:  # a later daemon reads the exit record once woken
         poke(launch.socket_path)
     return 0
 
 
-def write_exit(path: Path, attempt: int, result: Outcome) -> None:
-    """Leave the outcome where the daemon looks for it: whole or not at all (write, then rename).
+def done_message(job_id: int, attempt: int, result: Outcome) -> bytes:
+    """One line, at most PIPE_BUF bytes so that it is written whole: "<job> <attempt> <json>"."""
+    reason = result.reason if result.reason is None else result.reason[:1000]
+    body = json.dumps({"exit_code": result.exit_code, "outcome": result.outcome, "reason": reason})
+    return f"{job_id} {attempt} {body}\n".encode()
 
-    No fsync: the file only has to outlive the daemon, not the machine; after a power cut the
-    job is `lost` whatever the file says.
+
+def parse_done(line: bytes) -> tuple[int, int, Outcome] | None:
+    try:
+        job_id, attempt, body = line.split(b" ", 2)
+        d = json.loads(body)
+        return int(job_id), int(attempt), Outcome(d["exit_code"], str(d["outcome"]), d["reason"])
+    except (ValueError, KeyError, TypeError):
+        return None
+
+
+def write_exit(path: Path, attempt: int, result: Outcome) -> None:
+    """Leave the outcome where a daemon that missed the done message looks for it.
+
+    One small write, no fsync: the file only has to outlive the daemon, not the machine (after a
+    power cut the job is `lost` whatever the file says), and a file cut short reads as missing.
     """
-    tmp = path.with_name(path.name + ".tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
     try:
         os.write(fd, json.dumps({"attempt": attempt, **result.__dict__}).encode())
     finally:
         os.close(fd)
-    os.replace(tmp, path)
 
 
 def read_exit(path: Path, attempt: int) -> Outcome | None:

@@ -330,7 +330,7 @@ def test_clean_removes_finished_jobs_and_their_logs(queue: QueueBox) -> None:
     ok(queue("queue", "pause"))
     waiting = queue.add("--gpus", "0", "--", "true")
     logs = queue.state_dir / "logs"
-    assert all((logs / str(i)).is_dir() for i in done)
+    assert all((logs / f"{i}.1.out").is_file() and (logs / f"{i}.1.exit").is_file() for i in done)
 
     assert ok(queue("queue", "clean", "--older-than", "7d")) == "removed 0 finished job(s)\n"
     assert [r[0] for r in queue.rows("SELECT id FROM jobs ORDER BY id")] == [*done, waiting]
@@ -339,7 +339,8 @@ def test_clean_removes_finished_jobs_and_their_logs(queue: QueueBox) -> None:
     assert doc["command"] == "queue clean" and doc["data"]["removed"] == done
     assert [r[0] for r in queue.rows("SELECT id FROM jobs ORDER BY id")] == [waiting]
     assert queue.rows("SELECT job_id FROM attempts") == []
-    assert not any((logs / str(i)).exists() for i in done)
+    assert not [p for i in done for p in logs.glob(f"{i}.*")]
+    assert (logs / f"{waiting}.1.out").exists() is False  # never ran, so it never had a log
     assert queue.job(waiting)["state"] == "queued"
 
 

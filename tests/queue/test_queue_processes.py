@@ -162,7 +162,7 @@ def test_daemon_sigkill_while_jobs_run_records_each_exit_code_once(queue: QueueB
 
     # One job ends while no daemon runs: its supervisor leaves the outcome for the next daemon.
     (tmp_path / "go3").touch()
-    wait_until(lambda: (queue.state_dir / "logs" / str(ids[3]) / "1.exit").exists(), HANG, "the exit record")
+    wait_until(lambda: (queue.state_dir / "logs" / f"{ids[3]}.1.exit").exists(), HANG, "the exit record")
     assert queue.job(ids[3])["state"] == "running"  # nobody has recorded it yet
 
     start_fresh_daemon(queue)
@@ -504,10 +504,9 @@ def test_database_logs_and_socket_are_private(queue: QueueBox) -> None:
     sock = queue.runtime_dir / "queue.sock"
     assert stat.S_ISSOCK(sock.stat().st_mode)
     assert mode(sock) == 0o600
-    job_logs = queue.state_dir / "logs" / str(job_id)
-    files = {p.name: mode(p) for p in job_logs.iterdir()}
-    assert files == {"1.out": 0o600, "1.err": 0o600, "1.exit": 0o600}
-    assert mode(job_logs) == 0o700
+    job_logs = queue.state_dir / "logs"
+    files = {p.name: mode(p) for p in job_logs.glob(f"{job_id}.*")}
+    assert files == {f"{job_id}.1.out": 0o600, f"{job_id}.1.err": 0o600, f"{job_id}.1.exit": 0o600}
     assert oct(mode(queue.state_dir / "logs")) == oct(0o700), "the directory of all logs is not private"
 
 
@@ -541,7 +540,7 @@ def test_daemon_status_and_stop_leave_running_jobs_alone(queue: QueueBox, tmp_pa
     assert proctree.is_alive(*supervisor)
     assert queue.job(job_id)["state"] == "running"
     (tmp_path / "go").touch()
-    wait_until(lambda: (queue.state_dir / "logs" / str(job_id) / "1.exit").exists(), HANG, "the exit record")
+    wait_until(lambda: (queue.state_dir / "logs" / f"{job_id}.1.exit").exists(), HANG, "the exit record")
     assert queue.job(job_id)["state"] == "running"
 
     # The next client starts a daemon, which records the exit code.

@@ -1,0 +1,116 @@
+"""The spawner: a small process that forks the queue's supervisors, so the daemon never forks.
+
+Forking the daemon itself is dear: a copy of a large process, and copy-on-write faults in the
+daemon for every page it then touches. The daemon starts this module once, as a fresh Python
+that imports only what a supervisor needs, and asks it over a socket pair for spare
+supervisors: for each `S` it forks one and sends back "<pid> <start ticks>" with the spare's
+launch pipe attached (SCM_RIGHTS), so the daemon hands the job to the spare directly. It exits
+when the daemon's end of the socket closes; supervisors, in their own sessions, run on.
+
+    python -m gpubox.queue.zygote CONTROL_FD DONE_FD
+"""
+
+from __future__ import annotations
+
+import os
+import select
+import signal
+import socket
+import subprocess
+import sys
+from contextlib import suppress
+from dataclasses import dataclass
+
+from gpubox.queue import proctree, supervise
+
+
+def _serve(control: socket.socket, done_w: int) -> int:
+    wake_r, wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+    signal.set_wakeup_fd(wake_w)
+    signal.signal(signal.SIGCHLD, lambda *_: None)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C in the daemon's terminal is the daemon's
+    proctree.load_libc()  # once here, not in every supervisor
+    while True:
+        for _ in proctree.reap_children():
+            pass  # supervisors report through the done pipe and their exit records
+        with suppress(InterruptedError):
+            ready, _, _ = select.select([control.fileno(), wake_r], [], [])
+        if wake_r in ready:
+            with suppress(OSError):
+                os.read(wake_r, 4096)
+        if control.fileno() not in ready:
+            continue
+        try:
+            request = control.recv(64)
+        except OSError:
+            return 0
+        if not request:
+            return 0  # the daemon is gone
+        for _ in request:  # one spare per byte asked for
+            spare = supervise.fork_spare(done_w)
+            try:
+                socket.send_fds(control, [f"{spare.pid} {spare.pid_start or 0}\n".encode()], [spare.launch_w])
+            finally:
+                os.close(spare.launch_w)
+
+
+def main(argv: list[str]) -> int:
+    control = socket.socket(fileno=int(argv[0]))
+    return _serve(control, int(argv[1]))
+
+
+@dataclass
+class Spawner:
+    """The daemon's end: starts the spawner and asks it for spares."""
+
+    done_w: int
+    control: socket.socket | None = None
+    proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "gpubox.queue.zygote", str(theirs.fileno()), str(self.done_w)],
+                pass_fds=(theirs.fileno(), self.done_w),
+                stdin=subprocess.DEVNULL,
+                cwd="/",
+            )
+        finally:
+            theirs.close()
+        self.control = ours
+
+    def ask(self) -> None:
+        """Ask for one spare; `receive` collects it."""
+        if self.control is None or self.proc is None or self.proc.poll() is not None:
+            self.close()
+            self.start()
+        assert self.control is not None
+        self.control.sendall(b"S")
+
+    def receive(self, timeout: float = 10.0) -> supervise.Spare:
+        """The next spare asked for (blocks up to `timeout`)."""
+        assert self.control is not None
+        self.control.settimeout(timeout)
+        try:
+            data, fds, _, _ = socket.recv_fds(self.control, 64, 1)
+        finally:
+            self.control.settimeout(None)
+        if not data or not fds:
+            self.close()
+            raise OSError("the supervisor spawner stopped")
+        pid, ticks = (int(x) for x in data.split())
+        return supervise.Spare(pid, ticks or None, fds[0])
+
+    def close(self) -> None:
+        if self.control is not None:
+            self.control.close()  # the spawner reads EOF and exits
+            self.control = None
+        if self.proc is not None:
+            with suppress(subprocess.TimeoutExpired):
+                self.proc.wait(timeout=5)
+            self.proc = None
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,86 @@
+"""The spawner that forks supervisors for the daemon: what it hands over, and how it ends."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+from pathlib import Path
+
+from gpubox.queue import proctree, supervise
+from gpubox.queue.jobs import JobSpec
+from gpubox.queue.zygote import Spawner
+from tests.queue.conftest import QueueBox, wait_until
+
+
+def _launch(tmp_path: Path, argv: tuple[str, ...], attempt: int = 1) -> supervise.Launch:
+    return supervise.Launch(
+        job_id=7,
+        attempt=attempt,
+        spec=JobSpec(argv=argv, cwd=str(tmp_path), env=dict(os.environ), gpus=0, probe=False),
+        gpu_uuids=(),
+        log_prefix=tmp_path / f"7.{attempt}",
+        boot_id="b",
+        grace_s=1.0,
+        daemon_pid=os.getpid(),
+        socket_path=tmp_path / "no.sock",
+    )
+
+
+def test_a_spare_runs_the_job_it_is_handed_and_reports_it(tmp_path: Path) -> None:
+    done_r, done_w = os.pipe2(os.O_CLOEXEC)
+    spawner = Spawner(done_w)
+    try:
+        spawner.ask()
+        spare = spawner.receive()
+        assert proctree.is_alive(spare.pid, spare.pid_start)
+        # Its own session (once it has started): the daemon's terminal and signals miss it.
+        wait_until(lambda: os.getsid(spare.pid) == spare.pid, 10, "the spare to leave the session")
+        supervise.hand_over(spare, _launch(tmp_path, ("sh", "-c", "echo out; echo err >&2; exit 3")))
+        line = os.read(done_r, 4096)
+        parsed = supervise.parse_done(line.rstrip(b"\n"))
+        assert parsed is not None
+        assert parsed[:2] == (7, 1)
+        assert (parsed[2].exit_code, parsed[2].outcome) == (3, "failed")
+        assert (tmp_path / "7.1.out").read_text() == "out\n"
+        assert (tmp_path / "7.1.err").read_text() == "err\n"
+        assert json.loads((tmp_path / "7.1.exit").read_text())["exit_code"] == 3
+    finally:
+        spawner.close()
+        os.close(done_r)
+        os.close(done_w)
+
+
+def test_a_discarded_spare_runs_nothing_and_the_spawner_ends_with_its_daemon(tmp_path: Path) -> None:
+    done_r, done_w = os.pipe2(os.O_CLOEXEC)
+    spawner = Spawner(done_w)
+    spawner.ask()
+    spare = spawner.receive()
+    supervise.discard(spare)
+    wait_until(lambda: not proctree.is_alive(spare.pid, spare.pid_start), 10, "the discarded spare to exit")
+    assert not list(tmp_path.iterdir())  # it wrote nothing
+    proc = spawner.proc
+    assert proc is not None
+    spawner.close()  # the daemon's end closes: the spawner sees EOF
+    assert proc.returncode == 0
+    os.close(done_r)
+    os.close(done_w)
+
+
+def test_the_daemon_replaces_a_killed_spawner(queue: QueueBox) -> None:
+    queue.start_daemon()
+    first = queue.add("--gpus", "0", "--", "true")
+    assert queue("queue", "wait", str(first)).returncode == 0
+    daemon = queue.daemon_pid()
+    assert daemon
+    spawners = [
+        pid
+        for pid in proctree.descendants(daemon)
+        if b"gpubox.queue.zygote" in Path(f"/proc/{pid}/cmdline").read_bytes()
+    ]
+    for pid in spawners:
+        os.kill(pid, signal.SIGKILL)
+    time.sleep(0.2)
+    second = queue.add("--gpus", "0", "--", "sh", "-c", "exit 5")
+    assert queue("queue", "wait", str(second), "--timeout", "60s").returncode == 5
