@@ -1,7 +1,8 @@
 """The figures behind benchmarks/queue_vs_peers.sh (run that; it installs the peers).
 
-1. Throughput: N jobs running `true`, one at a time (each tool's default: one slot), from the
-   first submission to the last job finished. Each tool submits its fastest way:
+1. Throughput: N jobs running `true`, one at a time (each tool's default: one slot; `--slots K`
+   gives gpubox and task-spooler K; nq has no such setting and stays at one), from the first
+   submission to the last job finished. Each tool submits its fastest way:
    gpubox `queue add --file` (one call), task-spooler one `tsp true` per job (its server starts
    on the first call, as gpubox's daemon does), nq one `nq true` per job. The end is when the
    tool's own wait returns (`tsp -w`, `nq -w`, `gpubox queue wait`).
@@ -23,10 +24,16 @@ from pathlib import Path
 
 GPUBOX = [sys.executable, "-m", "gpubox"]
 TICK = os.sysconf("SC_CLK_TCK")
+SLOTS = 1
 
 
 def _env(home: Path) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("GPUBOX_", "TS_", "NQ"))}
+    # PYTHONDONTWRITEBYTECODE off: an installed gpubox has its .pyc files, as pip writes them.
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("GPUBOX_", "TS_", "NQ")) and k != "PYTHONDONTWRITEBYTECODE"
+    }
     env.update(
         HOME=str(home),
         GPUBOX_STATE_DIR=str(home / "state"),
@@ -36,6 +43,7 @@ def _env(home: Path) -> dict[str, str]:
         TS_MAXFINISHED=str(100000),
         TMPDIR=str(home / "tmp"),
         NQDIR=str(home / "nq"),
+        GPUBOX_QUEUE_MAX_CPU_JOBS=str(SLOTS),
     )
     (home / "tmp").mkdir(parents=True, exist_ok=True)
     (home / "nq").mkdir(parents=True, exist_ok=True)
@@ -61,6 +69,7 @@ def gpubox_throughput(n: int, home: Path) -> float:
 
 def tsp_throughput(n: int, home: Path) -> float:
     env = _env(home)
+    subprocess.run(["tsp", "-S", str(SLOTS)], env=env, check=True, stdout=subprocess.DEVNULL)
     t0 = time.perf_counter()
     for _ in range(n):
         subprocess.run(["tsp", "true"], env=env, check=True, stdout=subprocess.DEVNULL)
@@ -124,7 +133,15 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--jobs", type=int, default=1000)
     parser.add_argument("--rounds", type=int, default=3, help="throughput runs per tool (median reported)")
+    parser.add_argument("--slots", type=int, default=1, help="jobs at once for gpubox and task-spooler")
     args = parser.parse_args()
+    global SLOTS
+    SLOTS = args.slots
+    gpubox_dir = Path(__file__).resolve().parent.parent / "gpubox"
+    env = {**os.environ, "PYTHONDONTWRITEBYTECODE": ""}
+    subprocess.run(
+        [sys.executable, "-m", "compileall", "-q", str(gpubox_dir)], check=False, capture_output=True, env=env
+    )
     root = Path(tempfile.mkdtemp(prefix="gpubox-bench-"))
     results: dict[str, list[float]] = {"gpubox": [], "task-spooler": [], "nq": []}
     try:
@@ -137,7 +154,7 @@ def main() -> int:
                     if name == "gpubox":
                         _stop(home)
         print(
-            f"{args.jobs} jobs running `true`, one slot, first submission to last job finished "
+            f"{args.jobs} jobs running `true`, {SLOTS} slot(s) (nq: 1), first submission to last job finished "
             f"(median of {args.rounds}):"
         )
         print("| tool | median s | min s | jobs/s |")

@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 import sys
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from gpubox.cli.output import console, fail, print_json
-from gpubox.config import load_config
 from gpubox.exit_codes import ExitCode, GpuboxError
-from gpubox.telemetry.model import BoxSnapshot
+
+if TYPE_CHECKING:  # imported when `top` runs, so that other commands do not pay for them
+    from gpubox.telemetry.model import BoxSnapshot
 
 ONCE_WINDOW = 0.5  # seconds of rates for --once when --interval is not given
 
@@ -75,6 +76,8 @@ def _top(
     from gpubox.telemetry.sources import open_backend, snapshot_over
 
     flags = {"top.interval": interval, "color": False if no_color else None}
+    from gpubox.config import load_config
+
     cfg = load_config(flags)
     # A live view needs a terminal; `gpubox top > file` or `| grep` gets one snapshot instead.
     once = once or json_out or not (sys.stdout.isatty() and sys.stdin.isatty())

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import math
 import re
-from decimal import Decimal, InvalidOperation
 
 from gpubox.queue.jobs import KINDS
 
@@ -47,6 +46,8 @@ def parse_size(text: str) -> int:
     match = _SIZE_RE.fullmatch(value)
     if match is None:
         raise ValueError(f"invalid size {text!r}: {expected}")
+    from decimal import Decimal, InvalidOperation  # here: most jobs give no size
+
     try:
         amount = Decimal(match["num"]) * _SIZE_UNITS[match["unit"]]
     except InvalidOperation:
