@@ -70,8 +70,9 @@ class Daemon:
         self.db_path = db_path(paths)
         self.socket_path = socket_path(paths)
         self.logs_dir = logs_dir(paths)
-        self.spare: supervise.Spare | None = None
+        self.spares: list[supervise.Spare] = []
         self.spawner: Spawner | None = None
+        self._sel: selectors.BaseSelector | None = None
         self._done_w = -1
         self.reasons: dict[int, str] = {}
         self.last_gpus: list[GpuInfo] = []
@@ -133,8 +134,8 @@ class Daemon:
             self.log(f"pid {os.getpid()}, state {self.paths.state_dir}, socket {self.socket_path}")
             self._loop(store, listener, wake_r, done_r)
         finally:
-            if self.spare is not None:
-                supervise.discard(self.spare)
+            for spare in self.spares:
+                supervise.discard(spare)
             if self.spawner is not None:
                 self.spawner.close()
             signal.set_wakeup_fd(-1)
@@ -163,12 +164,15 @@ class Daemon:
         sel.register(listener, selectors.EVENT_READ, "listen")
         sel.register(wake_r, selectors.EVENT_READ, "signal")
         sel.register(done_r, selectors.EVENT_READ, "done")
+        self._sel = sel
         version = store.data_version()
         pending = b""
         while not self._stop:
             for key, _ in sel.select(timeout=0 if self._dirty else self.config.poll_interval_s):
                 if key.data == "listen":
                     self._accept(listener, store)
+                elif key.data == "spawner":
+                    self._collect_spare()
                 elif key.data == "done":
                     pending += _drain(done_r)
                     *lines, pending = pending.split(b"\n")
@@ -352,22 +356,47 @@ class Daemon:
                 states[dep] = found.state if found else None
         return states
 
-    def _new_spare(self) -> supervise.Spare:
+    def _ask_spare(self) -> Spawner:
+        """Ask the spawner for a supervisor; its reply is collected when it comes."""
         if self.spawner is None:
             self.spawner = Spawner(self._done_w)
-        self.spawner.ask()
-        return self.spawner.receive()
+        before = self.spawner.control
+        self.spawner.ask()  # starts the spawner, or a new one when it died
+        if self.spawner.control is not before and self._sel is not None:
+            if before is not None:
+                with suppress(KeyError, ValueError):
+                    self._sel.unregister(before)
+            self._sel.register(self.spawner.control, selectors.EVENT_READ, "spawner")  # type: ignore[arg-type]
+        return self.spawner
+
+    def _new_spare(self) -> supervise.Spare:
+        """A supervisor now: one asked for already, or a new one."""
+        spawner = self.spawner if self.spawner is not None and self.spawner.asked else self._ask_spare()
+        return spawner.receive()
+
+    def _collect_spare(self) -> None:
+        """The spawner has replied: keep the spare while jobs wait, else send it away."""
+        if self.spawner is None or not self.spawner.asked:
+            return
+        try:
+            spare = self.spawner.receive(timeout=0)
+        except (OSError, TimeoutError):
+            return
+        if self.reasons:
+            self.spares.append(spare)
+        else:
+            supervise.discard(spare)
 
     def _keep_spare(self, wanted: bool) -> None:
-        """Keep one supervisor forked ahead while jobs wait; none while the queue is empty."""
-        if wanted and self.spare is None:
-            try:
-                self.spare = self._new_spare()
-            except OSError as exc:
-                self.log(f"could not prepare a supervisor ahead: {exc}")
-        elif not wanted and self.spare is not None:
-            supervise.discard(self.spare)
-            self.spare = None
+        """Keep a supervisor forked ahead while jobs wait (asked for, not waited for); none while
+        the queue is empty."""
+        try:
+            while wanted and len(self.spares) + (self.spawner.asked if self.spawner else 0) < SPARES:
+                self._ask_spare()
+        except OSError as exc:
+            self.log(f"could not prepare a supervisor ahead: {exc}")
+        while not wanted and self.spares:
+            supervise.discard(self.spares.pop())
 
     def _start(self, store: JobStore, job: Job, gpu_uuids: tuple[str, ...]) -> None:
         attempt = job.attempt + 1
@@ -383,17 +412,16 @@ class Daemon:
             socket_path=self.socket_path,
         )
         try:
-            spare = self.spare or self._new_spare()
+            spare = self.spares.pop(0) if self.spares else self._new_spare()
         except OSError as exc:
             self.log(f"job {job.id}: could not start a supervisor ({exc}); trying again")
             self._dirty = True
             return
-        self.spare = None
         started = store.mark_started(
             job.id, spare.pid, gpu_uuids, self.boot, str(launch.log_prefix), pid_start=spare.pid_start
         )
         if not started:
-            self.spare = spare  # the job changed under us (cancelled, edited): keep it for the next one
+            self.spares.insert(0, spare)  # the job changed under us (cancelled, edited): keep it
             return
         supervise.hand_over(spare, launch)
         self.reasons.pop(job.id, None)
@@ -407,6 +435,9 @@ class Daemon:
 
 
 WINDOW = 32  # jobs read per event-driven pass
+# Supervisors kept forked ahead while jobs wait; the next is forked while a job runs. More did
+# not help on a 2-core box: they compete with the running job for the CPUs.
+SPARES = 1
 
 
 def _drain(fd: int) -> bytes:

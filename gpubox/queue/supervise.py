@@ -178,10 +178,11 @@ def _spare_main(launch_r: int, done_w: int) -> int:
     out = os.open(out_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600)
     err = os.open(err_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600)
     result = _run(launch, out, err)
-    write_exit(exit_path, launch.attempt, result)
     told = False
     with suppress(OSError):  # EPIPE when the daemon that asked for us is gone
         told = os.write(done_w, done_message(launch.job_id, launch.attempt, result)) > 0
+    # Then the record a daemon that missed the message (killed, restarted) reads instead.
+    write_exit(exit_path, launch.attempt, result)
     if not told:  # a later daemon reads the exit record once woken
         poke(launch.socket_path)
     return 0

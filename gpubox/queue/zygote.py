@@ -66,9 +66,11 @@ class Spawner:
     done_w: int
     control: socket.socket | None = None
     proc: subprocess.Popen[bytes] | None = None
+    asked: int = 0  # spares asked for and not received yet
 
     def start(self) -> None:
-        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        # SEQPACKET: each reply (and the descriptor it carries) arrives as one message.
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         try:
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "gpubox.queue.zygote", str(theirs.fileno()), str(self.done_w)],
@@ -87,22 +89,26 @@ class Spawner:
             self.start()
         assert self.control is not None
         self.control.sendall(b"S")
+        self.asked += 1
 
     def receive(self, timeout: float = 10.0) -> supervise.Spare:
-        """The next spare asked for (blocks up to `timeout`)."""
+        """The next spare asked for (blocks up to `timeout`; 0: only when one is there already)."""
         assert self.control is not None
         self.control.settimeout(timeout)
         try:
             data, fds, _, _ = socket.recv_fds(self.control, 64, 1)
         finally:
-            self.control.settimeout(None)
+            if self.control is not None:
+                self.control.settimeout(None)
         if not data or not fds:
             self.close()
             raise OSError("the supervisor spawner stopped")
+        self.asked -= 1
         pid, ticks = (int(x) for x in data.split())
         return supervise.Spare(pid, ticks or None, fds[0])
 
     def close(self) -> None:
+        self.asked = 0
         if self.control is not None:
             self.control.close()  # the spawner reads EOF and exits
             self.control = None
