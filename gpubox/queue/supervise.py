@@ -16,8 +16,8 @@ import errno
 import json
 import os
 import select
+import shutil
 import signal
-import subprocess
 import time
 from contextlib import suppress
 from dataclasses import dataclass
@@ -233,24 +233,33 @@ def _note(fd: int, message: str) -> None:
         os.write(fd, f"gpubox: {message}\n".encode(errors="replace"))
 
 
-def _spawn(launch: Launch, out: int, err: int) -> subprocess.Popen[bytes] | Outcome:
+# Dispositions this process changed that the job must not inherit: an ignored signal stays
+# ignored across exec (Python itself ignores SIGPIPE and SIGXFSZ).
+_RESET = (signal.SIGINT, signal.SIGHUP, signal.SIGPIPE, signal.SIGXFSZ, signal.SIGTERM, signal.SIGUSR1, signal.SIGCHLD)
+
+
+def _spawn(launch: Launch, out: int, err: int) -> int | Outcome:
+    """Start the job in its own process group, in its directory, with its logs; its pid."""
     spec = launch.spec
-    if not os.path.isdir(spec.cwd):
+    try:
+        os.chdir(spec.cwd)  # this process exists for the job: the job inherits its directory
+    except OSError:
         message = f"the working directory {spec.cwd} does not exist"
         _note(err, message)
         return Outcome(None, "failed", message)
     argv = job_argv(spec)
     env = job_environment(spec, launch.job_id, launch.attempt, launch.gpu_uuids)
+    actions = [
+        (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
+        (os.POSIX_SPAWN_DUP2, out, 1),
+        (os.POSIX_SPAWN_DUP2, err, 2),
+    ]
     for attempt_argv in (argv, None):
+        run = attempt_argv or ["/bin/sh", shutil.which(argv[0], path=env.get("PATH")) or argv[0], *argv[1:]]
         try:
-            return subprocess.Popen(
-                attempt_argv or ["/bin/sh", *argv],
-                cwd=spec.cwd,
-                env=env,
-                stdin=subprocess.DEVNULL,
-                stdout=out,
-                stderr=err,
-                process_group=0,
+            # posix_spawn: the C library's vfork and exec, no copy of this process's memory.
+            return os.posix_spawnp(
+                run[0], run, env, file_actions=actions, setpgroup=0, setsigdef=_RESET, setsigmask=()
             )
         except FileNotFoundError:
             message, code = f"{argv[0]}: command not found", NOT_FOUND
@@ -280,9 +289,9 @@ def _run(launch: Launch, out: int, err: int) -> Outcome:
         if signal.SIGUSR1 in _stops:
             return Outcome(None, "preempted", "stopped to make room for an infer job before it ran")
         return Outcome(None, "cancelled", "stopped by SIGTERM before it ran")
-    proc = _spawn(launch, out, err)
-    if isinstance(proc, Outcome):
-        return proc
+    job_pid = _spawn(launch, out, err)
+    if isinstance(job_pid, Outcome):
+        return job_pid
     me = os.getpid()
     limit = launch.spec.time_limit_s
     deadline = time.monotonic() + limit if limit is not None else None
@@ -291,7 +300,7 @@ def _run(launch: Launch, out: int, err: int) -> Outcome:
 
     def reaped(pid: int, st: int) -> None:
         nonlocal status
-        if pid == proc.pid:
+        if pid == job_pid:
             status = st
 
     while status is None:
@@ -301,12 +310,12 @@ def _run(launch: Launch, out: int, err: int) -> Outcome:
             break
         if _stops:
             stopped_for = "preempt" if signal.SIGUSR1 in _stops else "cancel"
-            proctree.stop_tree(me, proc.pid, launch.grace_s, reaped)
+            proctree.stop_tree(me, job_pid, launch.grace_s, reaped)
             break
         if deadline is not None and time.monotonic() >= deadline:
             stopped_for = "timeout"
             _note(err, f"time limit of {limit:g}s reached; stopping the job")
-            proctree.stop_tree(me, proc.pid, launch.grace_s, reaped)
+            proctree.stop_tree(me, job_pid, launch.grace_s, reaped)
             break
         wait = 5.0 if deadline is None else max(0.0, min(5.0, deadline - time.monotonic()))
         with suppress(InterruptedError):
@@ -320,7 +329,7 @@ def _run(launch: Launch, out: int, err: int) -> Outcome:
         _note(err, f"stopped {len(left)} process(es) the job left running")
     if status is None:  # killed so hard it was never reaped above
         with suppress(ChildProcessError):
-            _, status = os.waitpid(proc.pid, 0)
+            _, status = os.waitpid(job_pid, 0)
     code, signal_note = proctree.exit_code_of(status if status is not None else 9)
     if stopped_for == "timeout":
         return Outcome(code, "timeout", f"time limit of {limit:g}s reached")

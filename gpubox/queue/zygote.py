@@ -56,7 +56,9 @@ def _serve(control: socket.socket, done_w: int) -> int:
 
 def main(argv: list[str]) -> int:
     control = socket.socket(fileno=int(argv[0]))
-    return _serve(control, int(argv[1]))
+    done_w = int(argv[1])
+    os.set_inheritable(done_w, False)  # passed to us inheritable; it must not reach the jobs
+    return _serve(control, done_w)
 
 
 @dataclass

@@ -84,3 +84,15 @@ def test_the_daemon_replaces_a_killed_spawner(queue: QueueBox) -> None:
     time.sleep(0.2)
     second = queue.add("--gpus", "0", "--", "sh", "-c", "exit 5")
     assert queue("queue", "wait", str(second), "--timeout", "60s").returncode == 5
+
+
+def test_a_job_gets_only_stdin_stdout_stderr_and_no_ignored_signals(queue: QueueBox) -> None:
+    # Nothing of the daemon, the spawner or the supervisor (pipes, sockets, the database) may
+    # reach the job, and signals gpubox ignores (SIGINT, SIGHUP, SIGPIPE) must not stay ignored.
+    job = queue.add("--gpus", "0", "--", "sh", "-c", "ls /proc/$$/fd; grep SigIgn /proc/$$/status")
+    assert queue("queue", "wait", str(job)).returncode == 0
+    out = queue("queue", "logs", str(job)).stdout.splitlines()
+    assert out[:3] == ["0", "1", "2"] and len(out) == 4, out
+    mask = int(out[3].split()[1], 16)
+    for sig in (signal.SIGINT, signal.SIGHUP, signal.SIGPIPE, signal.SIGTERM, signal.SIGXFSZ):
+        assert not mask & (1 << (sig - 1)), f"{sig.name} is ignored in the job"
