@@ -93,8 +93,12 @@ def stop(
             sys.stdout.write("the daemon was not running\n")
             return
         raise GpuboxError("the daemon holds its lock but does not answer", ExitCode.DAEMON_UNREACHABLE) from None
+    from gpubox.queue.proctree import is_alive
+
     deadline = time.monotonic() + timeout
-    while lock_holder(paths) is not None:
+    pid = answer.get("pid")
+    # Stopped means gone: the lock released and the process ended (as systemd's ExecStop expects).
+    while lock_holder(paths) is not None or (isinstance(pid, int) and is_alive(pid, None)):
         if time.monotonic() > deadline:
             raise GpuboxError(f"the daemon (pid {answer.get('pid')}) did not stop within {timeout:g}s", ExitCode.FAILED)
         time.sleep(0.05)

@@ -10,6 +10,7 @@ marks `lost` the jobs that were running before a reboot.
 
 from __future__ import annotations
 
+import dataclasses
 import fcntl
 import json
 import os
@@ -29,7 +30,7 @@ from gpubox.queue.gpus import GpuInfo, NoNvml, NvmlGpus
 from gpubox.queue.jobs import Job
 from gpubox.queue.layout import LOCK_NAME, attempt_prefix, db_path, log_paths, logs_dir, socket_path
 from gpubox.queue.schedule import Plan, QueueConfig, plan_pass
-from gpubox.queue.store import JobStore, StoreError
+from gpubox.queue.store import JobStore
 from gpubox.queue.zygote import Spawner
 
 START_GRACE_S = 30.0  # a job recorded as started without a supervisor pid for this long never ran
@@ -73,6 +74,7 @@ class Daemon:
         self.spares: list[supervise.Spare] = []
         self.spawner: Spawner | None = None
         self._sel: selectors.BaseSelector | None = None
+        self._watched: socket.socket | None = None  # the spawner socket the selector watches
         self._done_w = -1
         self.reasons: dict[int, str] = {}
         self.last_gpus: list[GpuInfo] = []
@@ -80,7 +82,7 @@ class Daemon:
         self._stop = False
         self._dirty = True
         self._no_gpus_until = 0.0
-        self._last_pass = 0.0
+        self._last_full = 0.0  # when every queued job was last read
         self._active = True  # jobs were queued or running at the last pass
 
     # Set-up
@@ -88,9 +90,14 @@ class Daemon:
     def _lock(self) -> int:
         ensure_private_dir(self.paths.state_dir)
         fd = os.open(self.paths.state_dir / LOCK_NAME, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
+        # A client that checks for a daemon holds the lock shared for a moment: try for a second.
+        for _ in range(20):
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                time.sleep(0.05)
+        else:
             holder = os.pread(fd, 32, 0).decode(errors="replace").strip()
             os.close(fd)
             where = self.paths.state_dir
@@ -167,33 +174,40 @@ class Daemon:
         self._sel = sel
         version = store.data_version()
         pending = b""
+        failures = 0
         while not self._stop:
-            for key, _ in sel.select(timeout=0 if self._dirty else self.config.poll_interval_s):
-                if key.data == "listen":
-                    self._accept(listener, store)
-                elif key.data == "spawner":
-                    self._collect_spare()
-                elif key.data == "done":
-                    pending += _drain(done_r)
-                    *lines, pending = pending.split(b"\n")
-                    for line in lines:
-                        self._record_done(store, line)
-                else:
-                    _drain(wake_r)
-            if self._stop:
-                break
-            current = store.data_version()
-            if current != version:
-                version, self._dirty = current, True
-            due = self.clock() - self._last_pass >= self.config.poll_interval_s
-            if self._dirty or (due and self._active):
-                self._dirty = False
-                try:
+            try:
+                for key, _ in sel.select(timeout=0 if self._dirty else self.config.poll_interval_s):
+                    if key.data == "listen":
+                        self._accept(listener, store)
+                    elif key.data == "spawner":
+                        self._collect_spare()
+                    elif key.data == "done":
+                        pending += _drain(done_r)
+                        *lines, pending = pending.split(b"\n")
+                        for line in lines:
+                            self._record_done(store, line)
+                    else:
+                        _drain(wake_r)
+                if self._stop:
+                    break
+                current = store.data_version()
+                if current != version:
+                    version, self._dirty = current, True
+                due = self.clock() - self._last_full >= self.config.poll_interval_s
+                if self._dirty or (due and self._active):
+                    self._dirty = False
                     self._pass(store, full=due)
-                except StoreError as exc:
-                    self.log(f"scheduling pass failed: {exc}")
-                self._last_pass = self.clock()
-                version = store.data_version()
+                    if due:
+                        self._last_full = self.clock()
+                    version = store.data_version()
+                failures = 0
+            except Exception as exc:  # the daemon outlives a bad moment, not a bad job
+                # A locked or failing database, a spawner that died: say so, wait, look again.
+                failures += 1
+                self.log(f"{type(exc).__name__}: {exc}; trying again")
+                self._dirty = True
+                time.sleep(min(0.1 * 2**failures, self.config.poll_interval_s))
         sel.close()
 
     def _accept(self, listener: socket.socket, store: JobStore) -> None:
@@ -216,7 +230,8 @@ class Daemon:
             if not chunk:
                 break
             data += chunk
-        op = json.loads(data or b"{}").get("op")
+        request = json.loads(data or b"{}")
+        op = request.get("op") if isinstance(request, dict) else None
         answer: dict[str, Any]
         if op == "wake":
             self._dirty = True
@@ -290,12 +305,20 @@ class Daemon:
         job = store.get(job_id)
         if job is None or job.state != "running" or job.attempt != attempt:
             return
+        if not outcome.ran and job.request is None:
+            # Its supervisor was stopped before the job ran, by nobody's request: run it later.
+            if store.abandon_start(job.id, job.attempt):
+                self.log(f"job {job.id}: its supervisor was stopped before the job ran; queued again")
+                self._dirty = True
+            return
         if outcome.outcome == "cancelled" and job.request == "cancel":
-            outcome = supervise.Outcome(outcome.exit_code, outcome.outcome, "cancelled on request")
+            outcome = dataclasses.replace(outcome, reason="cancelled on request")
         self._finish(store, job, outcome)
 
     def _finish(self, store: JobStore, job: Job, outcome: supervise.Outcome) -> bool:
-        ended = store.finish(job.id, job.attempt, outcome.exit_code, outcome.outcome, outcome.reason)
+        ended = store.finish(
+            job.id, job.attempt, outcome.exit_code, outcome.outcome, outcome.reason, ended_at=outcome.ended_at
+        )
         if ended is None:
             return False
         self._dirty = True
@@ -307,7 +330,7 @@ class Daemon:
         prefix = attempt_prefix(self.logs_dir, job.id, job.attempt)
         found = supervise.read_exit(log_paths(prefix)[2], job.attempt)
         if found is not None and found.outcome == "cancelled" and job.request == "cancel":
-            return supervise.Outcome(found.exit_code, found.outcome, "cancelled on request")
+            return dataclasses.replace(found, reason="cancelled on request")
         return found
 
     def _pass(self, store: JobStore, full: bool = True) -> None:
@@ -360,28 +383,46 @@ class Daemon:
         """Ask the spawner for a supervisor; its reply is collected when it comes."""
         if self.spawner is None:
             self.spawner = Spawner(self._done_w)
-        before = self.spawner.control
-        self.spawner.ask()  # starts the spawner, or a new one when it died
-        if self.spawner.control is not before and self._sel is not None:
-            if before is not None:
-                with suppress(KeyError, ValueError):
-                    self._sel.unregister(before)
-            self._sel.register(self.spawner.control, selectors.EVENT_READ, "spawner")  # type: ignore[arg-type]
+        try:
+            self.spawner.ask()  # starts the spawner, or a new one when it died
+        finally:
+            self._watch_spawner()
         return self.spawner
+
+    def _watch_spawner(self) -> None:
+        """Keep the selector on the spawner's current socket (a new one after a restart), and
+        on no closed one."""
+        current = self.spawner.control if self.spawner is not None else None
+        if self._watched is current or self._sel is None:
+            return
+        if self._watched is not None:
+            with suppress(KeyError, ValueError):
+                self._sel.unregister(self._watched)
+        if current is not None:
+            self._sel.register(current, selectors.EVENT_READ, "spawner")
+        self._watched = current
 
     def _new_spare(self) -> supervise.Spare:
         """A supervisor now: one asked for already, or a new one."""
         spawner = self.spawner if self.spawner is not None and self.spawner.asked else self._ask_spare()
-        return spawner.receive()
+        try:
+            return spawner.receive()
+        finally:
+            self._watch_spawner()
 
     def _collect_spare(self) -> None:
-        """The spawner has replied: keep the spare while jobs wait, else send it away."""
-        if self.spawner is None or not self.spawner.asked:
+        """The spawner has something to say: a spare (kept while jobs wait), or EOF (it died)."""
+        if self.spawner is None:
             return
         try:
+            if not self.spawner.asked:
+                self.spawner.close()  # readable with nothing asked: it ended; reap it
+                return
             spare = self.spawner.receive(timeout=0)
         except (OSError, TimeoutError):
             return
+        finally:
+            self._watch_spawner()
         if self.reasons:
             self.spares.append(spare)
         else:
@@ -410,24 +451,39 @@ class Daemon:
             grace_s=self.config.kill_grace_s,
             daemon_pid=os.getpid(),
             socket_path=self.socket_path,
+            lock_path=self.paths.state_dir / LOCK_NAME,
         )
-        try:
-            spare = self.spares.pop(0) if self.spares else self._new_spare()
-        except OSError as exc:
-            self.log(f"job {job.id}: could not start a supervisor ({exc}); trying again")
-            self._dirty = True
+        for _ in range(3):  # a spare that died meanwhile is replaced
+            try:
+                spare = self.spares.pop(0) if self.spares else self._new_spare()
+            except OSError as exc:
+                self.log(f"job {job.id}: could not start a supervisor ({exc}); trying again later")
+                return
+            started = store.mark_started(
+                job.id,
+                spare.pid,
+                gpu_uuids,
+                self.boot,
+                str(launch.log_prefix),
+                pid_start=spare.pid_start,
+                expect=job.spec,
+            )
+            if not started:
+                self.spares.insert(0, spare)  # the job changed under us (cancelled, edited): keep it
+                self._dirty = True
+                return
+            try:
+                supervise.hand_over(spare, launch)
+            except OSError:
+                store.abandon_start(job.id, attempt)  # it never ran: as if not started
+                continue
+            self.reasons.pop(job.id, None)
             return
-        started = store.mark_started(
-            job.id, spare.pid, gpu_uuids, self.boot, str(launch.log_prefix), pid_start=spare.pid_start
-        )
-        if not started:
-            self.spares.insert(0, spare)  # the job changed under us (cancelled, edited): keep it
-            return
-        supervise.hand_over(spare, launch)
-        self.reasons.pop(job.id, None)
 
     def _preempt(self, store: JobStore, job_id: int, for_job: int) -> None:
         job = store.request_stop(job_id, "preempt")
+        if job.request != "preempt":
+            return  # cancelled meanwhile: the cancel stands
         if job.state == "running" and job.pid is not None and proctree.is_alive(job.pid, job.pid_start):
             with suppress(ProcessLookupError, PermissionError):
                 os.kill(job.pid, signal.SIGUSR1)  # the supervisor's "preempt": stop the tree, then requeue

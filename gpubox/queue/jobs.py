@@ -156,3 +156,7 @@ def check_spec(spec: JobSpec, kinds: tuple[str, ...]) -> None:
         raise ValueError(f"invalid priority {spec.priority}: expected {-MAX_PRIORITY} to {MAX_PRIORITY}")
     if "\0" in "".join(spec.argv) or "\0" in spec.cwd:
         raise ValueError("the command contains a NUL byte")
+    if any("\0" in k or "\0" in v or "=" in k or not k for k, v in spec.env.items()):
+        raise ValueError(
+            "an environment variable has an empty name, or a NUL byte or '=' in its name, or a NUL in its value"
+        )

@@ -41,7 +41,11 @@ def log_paths(prefix: Path) -> tuple[Path, Path, Path]:
 
 def lock_holder(paths: Paths) -> int | None:
     """The pid of the daemon holding this state directory, or None when none does."""
-    path = paths.state_dir / LOCK_NAME
+    return lock_holder_at(paths.state_dir / LOCK_NAME)
+
+
+def lock_holder_at(path: Path) -> int | None:
+    """The pid written in a daemon lock file that is held, or None when it is not held."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
     except OSError:

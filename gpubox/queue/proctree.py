@@ -12,6 +12,7 @@ import signal
 import time
 from collections.abc import Callable
 from contextlib import suppress
+from pathlib import Path
 from typing import Any
 
 _PR_SET_CHILD_SUBREAPER = 36
@@ -34,6 +35,23 @@ def start_ticks(pid: int) -> int | None:
     return int(fields[19]) if fields else None
 
 
+def job_processes(supervisor: int, job_id: int) -> set[int]:
+    """The processes still in a supervisor's session that carry the job's id in their
+    environment: what a supervisor that died left running."""
+    marker = f"GPUBOX_JOB_ID={job_id}".encode()
+    found = set()
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        fields = _stat_fields(int(name))
+        if not fields or fields[0] == b"Z" or int(fields[3]) != supervisor:  # field 6: the session
+            continue
+        with suppress(OSError):
+            if marker in Path(f"/proc/{name}/environ").read_bytes().split(b"\0"):
+                found.add(int(name))
+    return found
+
+
 def is_alive(pid: int, ticks: int | None) -> bool:
     """True when `pid` runs and, when `ticks` is known, is the process that started then."""
     fields = _stat_fields(pid)
@@ -54,18 +72,18 @@ def _parents() -> dict[int, int]:
     return out
 
 
-def descendants(root: int) -> set[int]:
-    """Every live process below `root`."""
+def descendants(root: int, spare: frozenset[int] = frozenset()) -> set[int]:
+    """Every live process below `root`, less those in `spare` and everything below them."""
     children: dict[int, list[int]] = {}
     for pid, ppid in _parents().items():
         children.setdefault(ppid, []).append(pid)
     found: set[int] = set()
-    todo = list(children.get(root, []))
+    todo = [p for p in children.get(root, []) if p not in spare]
     while todo:
         pid = todo.pop()
         if pid not in found:
             found.add(pid)
-            todo.extend(children.get(pid, []))
+            todo.extend(p for p in children.get(pid, []) if p not in spare)
     return found
 
 
@@ -126,14 +144,15 @@ def has_children() -> bool:
     return True
 
 
-def signal_tree(root: int, pgid: int | None, sig: int) -> int:
-    """Send `sig` to the job's process group and to every descendant of `root`; how many got it."""
+def signal_tree(root: int, pgid: int | None, sig: int, spare: frozenset[int] = frozenset()) -> int:
+    """Send `sig` to the job's process group and to every descendant of `root` (but `spare` and
+    what runs below it); how many got it."""
     sent = 0
     if pgid is not None:
         with suppress(ProcessLookupError, PermissionError):
             os.killpg(pgid, sig)
             sent += 1
-    for pid in descendants(root):
+    for pid in descendants(root, spare):
         with suppress(ProcessLookupError, PermissionError):
             os.kill(pid, sig)
             sent += 1
@@ -146,27 +165,28 @@ def stop_tree(
     grace_s: float,
     on_reaped: Callable[[int, int], None] = lambda pid, status: None,
     sleep: Callable[[float], None] = time.sleep,
+    spare: frozenset[int] = frozenset(),
 ) -> bool:
     """SIGTERM the whole tree, wait up to `grace_s` for it to go, then SIGKILL what is left.
 
     `root` is this process (the subreaper); children that exit are reaped here and passed to
     `on_reaped`. Returns True when SIGKILL was needed.
     """
-    signal_tree(root, pgid, signal.SIGTERM)
+    signal_tree(root, pgid, signal.SIGTERM, spare)
     deadline = time.monotonic() + grace_s
     while True:
         for pid, status in reap_children():
             on_reaped(pid, status)
-        if not descendants(root):
+        if not descendants(root, spare):
             return False
         if time.monotonic() >= deadline:
             break
         sleep(0.05)
-    signal_tree(root, pgid, signal.SIGKILL)
+    signal_tree(root, pgid, signal.SIGKILL, spare)
     for _ in range(200):  # SIGKILL cannot be caught; the tree is gone within milliseconds
         for pid, status in reap_children():
             on_reaped(pid, status)
-        if not descendants(root):
+        if not descendants(root, spare):
             break
         sleep(0.01)
     return True

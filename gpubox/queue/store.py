@@ -87,6 +87,13 @@ class StoreError(Exception):
     """The job database cannot be opened or used."""
 
 
+def _printable(text: str | None) -> str | None:
+    """Text SQLite can store: bytes that were not UTF-8 (a file name, say) become escapes."""
+    if text is None:
+        return None
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
 def _job_from_row(row: sqlite3.Row) -> Job:
     uuids = row["gpu_uuids"]
     return Job(
@@ -289,16 +296,19 @@ class JobStore:
         boot_id: str,
         log_path: str | None = None,
         pid_start: int | None = None,
+        expect: JobSpec | None = None,
     ) -> bool:
-        """Move a queued job to running; False when it is not queued (another caller won)."""
+        """Move a queued job to running; False when it is not queued (another caller won), or,
+        with `expect`, when its spec is no longer that one (it was edited meanwhile)."""
         now = self._clock()
         uuids = json.dumps(list(gpu_uuids))
+        same = "" if expect is None else " AND spec = ?"
         with self._write() as db:
             cur = db.execute(
                 "UPDATE jobs SET state = 'running', started_at = ?, ended_at = NULL,"
                 " exit_code = NULL, attempt = attempt + 1, gpu_uuids = ?, pid = ?, pid_start = ?,"
-                " boot_id = ?, reason = NULL, request = NULL WHERE id = ? AND state = 'queued'",
-                (now, uuids, pid, pid_start, boot_id, job_id),
+                f" boot_id = ?, reason = NULL, request = NULL WHERE id = ? AND state = 'queued'{same}",
+                (now, uuids, pid, pid_start, boot_id, job_id, *(() if expect is None else (spec_to_json(expect),))),
             )
             if cur.rowcount != 1:
                 return False
@@ -308,6 +318,20 @@ class JobStore:
                 " log_path) VALUES (?, ?, ?, ?, ?, ?, ?)",
                 (job_id, attempt, now, uuids, pid, boot_id, log_path),
             )
+        return True
+
+    def abandon_start(self, job_id: int, attempt: int) -> bool:
+        """Undo a start whose supervisor never ran the job: queued again, as if never started."""
+        with self._write() as db:
+            cur = db.execute(
+                "UPDATE jobs SET state = 'queued', attempt = attempt - 1, started_at = NULL, pid = NULL,"
+                " pid_start = NULL, gpu_uuids = NULL, request = NULL"
+                " WHERE id = ? AND state = 'running' AND attempt = ?",
+                (job_id, attempt),
+            )
+            if cur.rowcount != 1:
+                return False
+            db.execute("DELETE FROM attempts WHERE job_id = ? AND number = ?", (job_id, attempt))
         return True
 
     def set_pid(self, job_id: int, pid: int, pid_start: int | None = None) -> None:
@@ -323,20 +347,33 @@ class JobStore:
             )
 
     def finish(
-        self, job_id: int, attempt: int, exit_code: int | None, outcome: str, reason: str | None = None
+        self,
+        job_id: int,
+        attempt: int,
+        exit_code: int | None,
+        outcome: str,
+        reason: str | None = None,
+        ended_at: float | None = None,
     ) -> Job | None:
         """End one attempt; None when that attempt is not the one running (it was ended already).
 
         A failed attempt goes back to the queue while retries are left; a preempted one always
-        does, without using a retry. Anything else ends the job in the state named.
+        does, without using a retry. A job someone asked to cancel ends cancelled, whatever its
+        attempt did. Anything else ends the job in the state named. `ended_at` is when the
+        attempt ended, where that is known (a daemon may record it later).
         """
         if outcome not in OUTCOMES:
             raise ValueError(f"{outcome!r} is not how an attempt ends (expected one of: {', '.join(OUTCOMES)})")
-        now = self._clock()
+        now = self._clock() if ended_at is None else ended_at
+        reason = _printable(reason)
         with self._write() as db:
-            row = db.execute("SELECT state, attempt, failures, spec FROM jobs WHERE id = ?", (job_id,)).fetchone()
+            row = db.execute(
+                "SELECT state, attempt, failures, spec, request FROM jobs WHERE id = ?", (job_id,)
+            ).fetchone()
             if row is None or row["state"] != "running" or row["attempt"] != attempt:
                 return None
+            if row["request"] == "cancel" and outcome != "cancelled":
+                outcome, reason = "cancelled", f"cancelled on request ({reason or f'exit code {exit_code}'})"
             db.execute(
                 "UPDATE attempts SET ended_at = ?, exit_code = ?, outcome = ?, reason = ?"
                 " WHERE job_id = ? AND number = ?",
@@ -494,7 +531,13 @@ class JobStore:
                 f"SELECT id FROM jobs WHERE state IN ({marks}) AND ended_at <= ? ORDER BY id",
                 (*END_STATES, cutoff),
             ).fetchall()
-            ids = [r["id"] for r in rows]
+            # A job that a queued or running job runs after stays: its outcome decides that job.
+            needed = {
+                dep
+                for r in db.execute("SELECT spec FROM jobs WHERE state IN ('queued', 'running')")
+                for dep in spec_from_json(r["spec"]).after
+            }
+            ids = [r["id"] for r in rows if r["id"] not in needed]
             db.executemany("DELETE FROM jobs WHERE id = ?", [(i,) for i in ids])
         return ids
 

@@ -12,6 +12,7 @@ killed, records it from there. Killing or restarting the daemon loses nothing.
 
 from __future__ import annotations
 
+import dataclasses
 import errno
 import json
 import os
@@ -26,7 +27,7 @@ from pathlib import Path
 from gpubox.probe.launch import probe_environment
 from gpubox.queue import proctree
 from gpubox.queue.jobs import JobSpec, spec_from_json, spec_to_json
-from gpubox.queue.layout import log_paths
+from gpubox.queue.layout import lock_holder_at, log_paths
 from gpubox.queue.wire import poke
 
 NOT_FOUND = 127
@@ -44,6 +45,7 @@ class Launch:
     grace_s: float
     daemon_pid: int
     socket_path: Path
+    lock_path: Path | None = None  # the daemon's lock: whoever holds it is never the job's to stop
 
 
 @dataclass(frozen=True)
@@ -51,6 +53,8 @@ class Outcome:
     exit_code: int | None
     outcome: str
     reason: str | None
+    ended_at: float | None = None  # epoch seconds, when the supervisor saw the job end
+    ran: bool = True  # False: stopped before the job was started at all
 
 
 def job_environment(spec: JobSpec, job_id: int, attempt: int, gpu_uuids: tuple[str, ...]) -> dict[str, str]:
@@ -82,11 +86,22 @@ class Spare:
     launch_w: int
 
 
+_STOP_SIGNALS = {signal.SIGTERM, signal.SIGUSR1}
+
+
 def fork_spare(done_w: int) -> Spare:
     """Fork a spare supervisor (the spawner does); `done_w` is where it says "<job> <attempt>"
     when it is done."""
     launch_r, launch_w = os.pipe2(os.O_CLOEXEC)
-    pid = os.fork()
+    # A cancel that comes before the spare has its handlers waits, blocked, instead of killing it.
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, _STOP_SIGNALS)
+    try:
+        pid = os.fork()
+    except OSError:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)
+        os.close(launch_r)
+        os.close(launch_w)
+        raise
     if pid == 0:  # the supervisor
         code = 1
         try:
@@ -94,6 +109,7 @@ def fork_spare(done_w: int) -> Spare:
             code = _spare_main(launch_r, done_w)
         finally:
             os._exit(code)
+    signal.pthread_sigmask(signal.SIG_SETMASK, old)
     os.close(launch_r)
     return Spare(pid, proctree.start_ticks(pid), launch_w)
 
@@ -111,6 +127,7 @@ def hand_over(spare: Spare, launch: Launch) -> None:
             "grace_s": launch.grace_s,
             "daemon_pid": launch.daemon_pid,
             "socket_path": str(launch.socket_path),
+            "lock_path": None if launch.lock_path is None else str(launch.lock_path),
         }
     ).encode()
     try:
@@ -151,6 +168,7 @@ def _read_launch(fd: int) -> Launch | None:
         grace_s=d["grace_s"],
         daemon_pid=d["daemon_pid"],
         socket_path=Path(d["socket_path"]),
+        lock_path=None if d.get("lock_path") is None else Path(d["lock_path"]),
     )
 
 
@@ -164,6 +182,7 @@ def _spare_main(launch_r: int, done_w: int) -> int:
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
     signal.signal(signal.SIGHUP, signal.SIG_IGN)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, _STOP_SIGNALS)  # blocked by fork_spare until now
     # Nothing the daemon held open (its lock, socket, database) may stay open here.
     low, high = sorted((launch_r, done_w))
     os.closerange(3, low)
@@ -178,6 +197,8 @@ def _spare_main(launch_r: int, done_w: int) -> int:
     out = os.open(out_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600)
     err = os.open(err_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600)
     result = _run(launch, out, err)
+    if result.ended_at is None:
+        result = dataclasses.replace(result, ended_at=time.time())
     told = False
     with suppress(OSError):  # EPIPE when the daemon that asked for us is gone
         told = os.write(done_w, done_message(launch.job_id, launch.attempt, result)) > 0
@@ -188,19 +209,34 @@ def _spare_main(launch_r: int, done_w: int) -> int:
     return 0
 
 
+def _record(result: Outcome) -> dict[str, object]:
+    # json escapes text that is not UTF-8 (a file name, say); no reason is longer than a line.
+    reason = result.reason if result.reason is None else result.reason[:1000]
+    return {**result.__dict__, "reason": reason}
+
+
+def _outcome(d: dict[str, object]) -> Outcome:
+    code, reason, ended = d.get("exit_code"), d.get("reason"), d.get("ended_at")
+    return Outcome(
+        code if isinstance(code, int) else None,
+        str(d["outcome"]),
+        reason if isinstance(reason, str) else None,
+        float(ended) if isinstance(ended, (int, float)) else None,
+        bool(d.get("ran", True)),
+    )
+
+
 def done_message(job_id: int, attempt: int, result: Outcome) -> bytes:
     """One line, at most PIPE_BUF bytes so that it is written whole: "<job> <attempt> <json>"."""
-    reason = result.reason if result.reason is None else result.reason[:1000]
-    body = json.dumps({"exit_code": result.exit_code, "outcome": result.outcome, "reason": reason})
-    return f"{job_id} {attempt} {body}\n".encode()
+    return f"{job_id} {attempt} {json.dumps(_record(result))}\n".encode()
 
 
 def parse_done(line: bytes) -> tuple[int, int, Outcome] | None:
     try:
         job_id, attempt, body = line.split(b" ", 2)
         d = json.loads(body)
-        return int(job_id), int(attempt), Outcome(d["exit_code"], str(d["outcome"]), d["reason"])
-    except (ValueError, KeyError, TypeError):
+        return int(job_id), int(attempt), _outcome(d)
+    except (ValueError, KeyError, TypeError, AttributeError):
         return None
 
 
@@ -212,7 +248,7 @@ def write_exit(path: Path, attempt: int, result: Outcome) -> None:
     """
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
     try:
-        os.write(fd, json.dumps({"attempt": attempt, **result.__dict__}).encode())
+        os.write(fd, json.dumps({"attempt": attempt, **_record(result)}).encode())
     finally:
         os.close(fd)
 
@@ -222,8 +258,8 @@ def read_exit(path: Path, attempt: int) -> Outcome | None:
     try:
         data = json.loads(path.read_text())
         if data.get("attempt") == attempt and data.get("outcome"):
-            return Outcome(data.get("exit_code"), str(data["outcome"]), data.get("reason"))
-    except (OSError, ValueError, AttributeError):
+            return _outcome(data)
+    except (OSError, ValueError, AttributeError, KeyError, TypeError):
         pass
     return None
 
@@ -258,9 +294,7 @@ def _spawn(launch: Launch, out: int, err: int) -> int | Outcome:
         run = attempt_argv or ["/bin/sh", shutil.which(argv[0], path=env.get("PATH")) or argv[0], *argv[1:]]
         try:
             # posix_spawn: the C library's vfork and exec, no copy of this process's memory.
-            return os.posix_spawnp(
-                run[0], run, env, file_actions=actions, setpgroup=0, setsigdef=_RESET, setsigmask=()
-            )
+            return os.posix_spawnp(run[0], run, env, file_actions=actions, setpgroup=0, setsigdef=_RESET, setsigmask=())
         except FileNotFoundError:
             message, code = f"{argv[0]}: command not found", NOT_FOUND
         except PermissionError:
@@ -277,6 +311,13 @@ def _spawn(launch: Launch, out: int, err: int) -> int | Outcome:
 _stops: list[int] = []  # signals asking this supervisor to stop its job
 
 
+def _daemon(launch: Launch) -> frozenset[int]:
+    """A daemon that the job's own `gpubox queue` commands started lands in the job's tree (this
+    process adopts orphans): it, and the jobs it runs, are not the job's to stop."""
+    holder = lock_holder_at(launch.lock_path) if launch.lock_path is not None else None
+    return frozenset({holder}) if holder and holder > 0 else frozenset()
+
+
 def _note_stop(signum: int, _frame: object) -> None:
     _stops.append(signum)
 
@@ -287,8 +328,8 @@ def _run(launch: Launch, out: int, err: int) -> Outcome:
     signal.signal(signal.SIGCHLD, lambda *_: None)
     if _stops:  # asked to stop before the job ever ran: it does not run
         if signal.SIGUSR1 in _stops:
-            return Outcome(None, "preempted", "stopped to make room for an infer job before it ran")
-        return Outcome(None, "cancelled", "stopped by SIGTERM before it ran")
+            return Outcome(None, "preempted", "stopped to make room for an infer job before it ran", time.time(), False)
+        return Outcome(None, "cancelled", "stopped by SIGTERM before it ran", time.time(), False)
     job_pid = _spawn(launch, out, err)
     if isinstance(job_pid, Outcome):
         return job_pid
@@ -310,12 +351,12 @@ def _run(launch: Launch, out: int, err: int) -> Outcome:
             break
         if _stops:
             stopped_for = "preempt" if signal.SIGUSR1 in _stops else "cancel"
-            proctree.stop_tree(me, job_pid, launch.grace_s, reaped)
+            proctree.stop_tree(me, job_pid, launch.grace_s, reaped, spare=_daemon(launch))
             break
         if deadline is not None and time.monotonic() >= deadline:
             stopped_for = "timeout"
             _note(err, f"time limit of {limit:g}s reached; stopping the job")
-            proctree.stop_tree(me, job_pid, launch.grace_s, reaped)
+            proctree.stop_tree(me, job_pid, launch.grace_s, reaped, spare=_daemon(launch))
             break
         wait = 5.0 if deadline is None else max(0.0, min(5.0, deadline - time.monotonic()))
         with suppress(InterruptedError):
@@ -323,9 +364,9 @@ def _run(launch: Launch, out: int, err: int) -> Outcome:
         with suppress(OSError):
             os.read(wake_r, 512)
     # As a subreaper, this process inherits every orphan of the job: no child, no descendant.
-    left = proctree.descendants(me) if proctree.has_children() else set()
+    left = proctree.descendants(me, _daemon(launch)) if proctree.has_children() else set()
     if left:  # what the job left running would hold its GPUs: it ends with the job
-        proctree.stop_tree(me, None, launch.grace_s, reaped)
+        proctree.stop_tree(me, None, launch.grace_s, reaped, spare=_daemon(launch))
         _note(err, f"stopped {len(left)} process(es) the job left running")
     if status is None:  # killed so hard it was never reaped above
         with suppress(ChildProcessError):

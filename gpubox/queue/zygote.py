@@ -47,7 +47,11 @@ def _serve(control: socket.socket, done_w: int) -> int:
         if not request:
             return 0  # the daemon is gone
         for _ in request:  # one spare per byte asked for
-            spare = supervise.fork_spare(done_w)
+            try:
+                spare = supervise.fork_spare(done_w)
+            except OSError as exc:  # no fork (a process limit): say so; the daemon tries later
+                control.send(f"E {exc}".encode())
+                continue
             try:
                 socket.send_fds(control, [f"{spare.pid} {spare.pid_start or 0}\n".encode()], [spare.launch_w])
             finally:
@@ -102,6 +106,9 @@ class Spawner:
         finally:
             if self.control is not None:
                 self.control.settimeout(None)
+        if data.startswith(b"E "):
+            self.asked -= 1
+            raise OSError(f"the supervisor spawner could not fork: {data[2:].decode(errors='replace')}")
         if not data or not fds:
             self.close()
             raise OSError("the supervisor spawner stopped")
