@@ -41,6 +41,8 @@ def _errors() -> Iterator[None]:
         yield
     except ValueError as exc:
         raise GpuboxError(str(exc), ExitCode.USAGE) from None
+    except OverflowError:
+        raise GpuboxError("a job id is too large (no such job)", ExitCode.USAGE) from None
     except StoreError as exc:
         raise GpuboxError(str(exc), ExitCode.FAILED) from None
 
@@ -79,6 +81,23 @@ def _live(view: dict[str, Any] | None) -> dict[int, str] | None:
     if view is None:
         return None
     return {int(k): v for k, v in (view.get("reasons") or {}).items()}
+
+
+def _keep_daemon(paths: Paths, every_s: float = 5.0) -> Any:
+    """A callback for long waits: every few seconds, make sure a daemon runs (one that was
+    stopped or killed meanwhile would leave the job recorded as running)."""
+    import time
+
+    from gpubox.queue.client import wake_daemon
+
+    last = [time.monotonic()]
+
+    def keep() -> None:
+        if time.monotonic() - last[0] >= every_s:
+            last[0] = time.monotonic()
+            wake_daemon(paths)
+
+    return keep
 
 
 def _emit(command: str, data: Any, as_json: bool, text: str) -> None:
@@ -161,7 +180,9 @@ def add(
     try:
         base_cwd = os.getcwd()
     except OSError:
-        raise GpuboxError("the current directory no longer exists; give --cwd", ExitCode.USAGE) from None
+        if cwd is None or not os.path.isabs(cwd):
+            raise GpuboxError("the current directory no longer exists; give --cwd", ExitCode.USAGE) from None
+        base_cwd = "/"
     lookup = GpuLookup(_box_gpus)
     base_env = dict(os.environ)
     paths = _paths()
@@ -282,13 +303,17 @@ def logs(
             if job.attempt == 0:
                 raise GpuboxError(f"job {job_id} has not started yet: no log", ExitCode.FAILED)
             path = attempt_log(paths, job, attempt, stderr)
+            import shutil
+
             try:
-                data = path.read_bytes()
+                with open(path, "rb") as fh:
+                    shutil.copyfileobj(fh, sys.stdout.buffer, 1 << 20)  # a log may be large: stream it
             except FileNotFoundError:
-                data = b""
+                pass
             except OSError as exc:
+                if isinstance(exc, BrokenPipeError):
+                    raise
                 raise GpuboxError(f"cannot read {path}: {exc.strerror}", ExitCode.FAILED) from None
-            sys.stdout.buffer.write(data)
             return
 
         def current() -> Path | None:
@@ -297,8 +322,14 @@ def logs(
                 return None
             return attempt_log(paths, latest, attempt, stderr)
 
+        keep = _keep_daemon(paths)
+
+        def ended() -> bool:
+            keep()
+            return store.require(job_id).state in END_STATES
+
         try:
-            for chunk in follow_log(current, lambda: store.require(job_id).state in END_STATES):
+            for chunk in follow_log(current, ended):
                 sys.stdout.buffer.write(chunk)
                 sys.stdout.buffer.flush()
         finally:
@@ -349,7 +380,7 @@ def wait(
             for job_id in ids:
                 store.require(job_id)
             wake_daemon(paths)  # a job only moves on while a daemon runs
-            jobs = wait_jobs(store, ids, limit)
+            jobs = wait_jobs(store, ids, limit, on_poll=_keep_daemon(paths))
         finally:
             store.close()
     if jobs is None:

@@ -58,6 +58,12 @@ def wake_daemon(paths: Paths) -> str:
     if lock_holder(paths) is not None:
         return "starting"  # it holds the lock but does not listen yet
     start_daemon(paths)
+    if os.environ.get("GPUBOX_JOB_ID"):
+        # Started from inside a job, the daemon is adopted by that job's supervisor, which spares
+        # it when the job ends only once it holds its lock: do not let the job end before that.
+        deadline = time.monotonic() + 10.0
+        while lock_holder(paths) is None and time.monotonic() < deadline:
+            time.sleep(0.02)
     return "started"
 
 
@@ -127,7 +133,11 @@ def wait_jobs(
     deadline = None if timeout_s is None else clock() + timeout_s
     delay = 0.02
     while True:
-        jobs = [store.require(i) for i in ids]
+        found = [store.get(i) for i in ids]
+        gone = [i for i, j in zip(ids, found, strict=True) if j is None]
+        if gone:
+            raise GpuboxError(f"job {gone[0]} was removed (queue clean) before it ended", ExitCode.FAILED)
+        jobs = [j for j in found if j is not None]
         if all(j.state in END_STATES for j in jobs):
             return jobs
         if deadline is not None and clock() >= deadline:

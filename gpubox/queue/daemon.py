@@ -78,6 +78,7 @@ class Daemon:
         self._done_w = -1
         self.reasons: dict[int, str] = {}
         self.last_gpus: list[GpuInfo] = []
+        self._nvml_error: str | None = None
         self.started_at = clock()
         self._stop = False
         self._dirty = True
@@ -90,15 +91,22 @@ class Daemon:
     def _lock(self) -> int:
         ensure_private_dir(self.paths.state_dir)
         fd = os.open(self.paths.state_dir / LOCK_NAME, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
-        # A client that checks for a daemon holds the lock shared for a moment: try for a second.
+        # A client that checks for a daemon holds the lock shared for a moment: when the pid in
+        # the file is not a live process, that is what holds it; try again for a second.
         for _ in range(20):
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
                 break
             except BlockingIOError:
+                holder = os.pread(fd, 32, 0).decode(errors="replace").strip()
+                if holder.isdigit() and int(holder) != os.getpid() and proctree.is_alive(int(holder), None):
+                    break  # a daemon holds it
                 time.sleep(0.05)
         else:
-            holder = os.pread(fd, 32, 0).decode(errors="replace").strip()
+            holder = ""
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
             os.close(fd)
             where = self.paths.state_dir
             raise AlreadyRunning(f"a gpubox daemon (pid {holder or '?'}) already runs for {where}") from None
@@ -268,15 +276,20 @@ class Daemon:
 
     # One pass
 
-    def _gpus(self) -> list[GpuInfo]:
+    def _gpus(self) -> list[GpuInfo] | None:
+        """The GPUs now; [] on a box without NVIDIA GPUs; None when it has some that NVML cannot
+        read now (a driver still loading, an upgrade): GPU jobs then wait instead of starting
+        without a GPU."""
         if self.clock() < self._no_gpus_until:
-            return []
+            return None if self._nvml_error else []
         try:
             self.last_gpus = list(self.gpus_source.read())
+            self._nvml_error = None
             return self.last_gpus
-        except NoNvml:
-            self._no_gpus_until = self.clock() + 60.0  # no driver: do not try on every pass
-            return []
+        except NoNvml as exc:
+            self._no_gpus_until = self.clock() + 10.0  # do not try on every pass
+            self._nvml_error = str(exc) if _has_nvidia_devices() else None
+            return None if self._nvml_error else []
 
     def _reconcile(self, store: JobStore, running: list[Job]) -> bool:
         """End the attempts whose supervisor vanished without recording them; True if any."""
@@ -290,9 +303,7 @@ class Daemon:
             elif proctree.is_alive(job.pid, job.pid_start):
                 continue
             else:
-                outcome = self._exit_record(job) or supervise.Outcome(
-                    None, "lost", f"its supervisor (pid {job.pid}) was killed; the exit code is unknown"
-                )
+                outcome = self._exit_record(job) or self._orphaned(job)
             changed = self._finish(store, job, outcome) or changed
         return changed
 
@@ -326,6 +337,18 @@ class Daemon:
             self.log(f"job {job.id}: {outcome.outcome}" + (f" ({outcome.reason})" if outcome.reason else ""))
         return True
 
+    def _orphaned(self, job: Job) -> supervise.Outcome:
+        """A supervisor died without a word: what it ran must not hold the GPUs on, unwatched."""
+        assert job.pid is not None
+        left = proctree.job_processes(job.pid, job.id)
+        for pid in left:
+            with suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
+        killed = f"; its {len(left)} process(es) were killed" if left else ""
+        return supervise.Outcome(
+            None, "lost", f"its supervisor (pid {job.pid}) was killed; the exit code is unknown{killed}"
+        )
+
     def _exit_record(self, job: Job) -> supervise.Outcome | None:
         prefix = attempt_prefix(self.logs_dir, job.id, job.attempt)
         found = supervise.read_exit(log_paths(prefix)[2], job.attempt)
@@ -346,9 +369,16 @@ class Daemon:
             gpus = self._gpus() if queued else []
             paused = store.paused()
             plan = plan_pass(
-                queued, running, self._dep_states(store, queued, running), gpus, paused, self.clock(), self.config
+                queued,
+                running,
+                self._dep_states(store, queued, running),
+                gpus,
+                paused,
+                self.clock(),
+                self.config,
+                gpus_unknown=self._nvml_error or "",
             )
-            if not full and len(queued) >= WINDOW and _capacity_left(running, plan, gpus, paused, self.config):
+            if not full and len(queued) >= WINDOW and _capacity_left(running, plan, gpus or [], paused, self.config):
                 full = True
                 continue
             for job_id, reason in plan.failures.items():
@@ -513,3 +543,18 @@ def _capacity_left(
         return True
     held = {u for j in running for u in j.gpu_uuids} | {u for st in plan.starts for u in st.gpu_uuids}
     return any(g.uuid not in held and g.uuid not in paused for g in gpus)
+
+
+def _has_nvidia_devices() -> bool:
+    """Whether the kernel knows NVIDIA GPUs here, even when NVML cannot read them."""
+    try:
+        return any(os.scandir("/proc/driver/nvidia/gpus"))
+    except OSError:
+        return any(name.startswith("nvidia") and name[6:].isdigit() for name in _listdir("/dev"))
+
+
+def _listdir(path: str) -> list[str]:
+    try:
+        return os.listdir(path)
+    except OSError:
+        return []

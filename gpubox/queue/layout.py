@@ -4,6 +4,7 @@ so it stays light: no scheduling, no process handling."""
 from __future__ import annotations
 
 import fcntl
+import hashlib
 import os
 from pathlib import Path
 
@@ -12,7 +13,6 @@ from gpubox.paths import Paths
 DB_NAME = "queue.db"  # in the state directory
 LOCK_NAME = "daemon.lock"  # in the state directory: one daemon per database
 DAEMON_LOG = "daemon.log"  # in the state directory, for daemons that clients start
-SOCKET_NAME = "queue.sock"  # in the runtime directory
 
 
 def db_path(paths: Paths) -> Path:
@@ -20,7 +20,11 @@ def db_path(paths: Paths) -> Path:
 
 
 def socket_path(paths: Paths) -> Path:
-    return paths.runtime_dir / SOCKET_NAME
+    """The daemon's socket, in the runtime directory, named after the state directory it serves:
+    two queues of one user (another GPUBOX_STATE_DIR, an XDG_STATE_HOME that cron lacks) never
+    answer for each other."""
+    digest = hashlib.sha256(os.path.realpath(paths.state_dir).encode()).hexdigest()[:12]
+    return paths.runtime_dir / f"queue-{digest}.sock"
 
 
 def logs_dir(paths: Paths) -> Path:

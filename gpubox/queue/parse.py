@@ -85,7 +85,7 @@ def parse_ids(text: str) -> tuple[int, ...]:
     ids: list[int] = []
     for part in text.split(","):
         piece = part.strip()
-        if not _ID_RE.fullmatch(piece) or int(piece) <= 0:
+        if not _ID_RE.fullmatch(piece) or not 0 < int(piece) < 1 << 63:
             raise ValueError(f"invalid job id {piece!r} in {text!r}: expected positive integers separated by commas")
         job_id = int(piece)
         if job_id in ids:

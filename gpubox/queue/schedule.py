@@ -14,7 +14,7 @@ from typing import Any
 
 from gpubox.queue.gpus import GpuInfo
 from gpubox.queue.jobs import KINDS, Job
-from gpubox.queue.policy import GpuState, JobRequest, PolicyConfig, RunningJob, Start, place_jobs
+from gpubox.queue.policy import GpuState, JobRequest, PolicyConfig, RunningJob, Start, _rank, place_jobs
 from gpubox.queue.preempt import Preempt, choose_preemptions
 from gpubox.queue.store import QUEUE
 
@@ -88,11 +88,14 @@ def plan_pass(
     queued: Sequence[Job],
     running: Sequence[Job],
     dep_states: Mapping[int, str | None],
-    gpus: Sequence[GpuInfo],
+    gpus: Sequence[GpuInfo] | None,
     paused: Mapping[str, float],
     now: float,
     config: QueueConfig = QueueConfig(),
+    gpus_unknown: str = "the GPUs cannot be read",
 ) -> Plan:
+    """`gpus` None: the box has GPUs but they cannot be read now (NVML failed); then only jobs
+    that asked for no GPU (--gpus 0) may start, and the others wait with `gpus_unknown`."""
     plan = Plan()
     eligible: list[Job] = []
     for job in queued:
@@ -106,6 +109,11 @@ def plan_pass(
     if QUEUE in paused:
         plan.waits.update(dict.fromkeys((j.id for j in eligible), PAUSED))
         return plan
+    if gpus is None:
+        blind = [j for j in eligible if j.spec.gpus != 0]
+        plan.waits.update(dict.fromkeys((j.id for j in blind), f"waits for the GPUs to be readable: {gpus_unknown}"))
+        eligible = [j for j in eligible if j.spec.gpus == 0]
+        gpus = []
     requests = [
         JobRequest(
             id=j.id,
@@ -139,5 +147,23 @@ def plan_pass(
         # Jobs asked to stop already are on their way out; they are not chosen twice.
         stoppable = [h for h, j in zip(held, running, strict=True) if j.request is None]
         # All pending jobs go in: the rule re-runs placement, so jobs starting now keep their GPUs.
-        plan.preempts.extend(choose_preemptions(requests, stoppable, states, now, config.policy))
+        chosen = choose_preemptions(requests, stoppable, states, now, config.policy)
+        # A batch job that ranks ahead of the infer job (a higher priority) would take its GPUs
+        # back as soon as it is queued again: stopping it would only repeat.
+        ranks = {r.id: _rank(r, config.policy) for r in requests}
+        by_id = {j.id: j for j in running}
+        plan.preempts.extend(
+            p for p in chosen if ranks[p.for_job_id] < _rank(_as_request(by_id[p.job_id]), config.policy)
+        )
     return plan
+
+
+def _as_request(job: Job) -> JobRequest:
+    """A running job as it would wait in the queue again."""
+    return JobRequest(
+        id=job.id,
+        kind=job.spec.kind,
+        priority=job.spec.priority,
+        submitted_at=job.submitted_at,
+        gpus=len(job.gpu_uuids),
+    )

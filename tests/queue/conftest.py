@@ -37,6 +37,13 @@ class QueueBox:
         return Path(self.env["GPUBOX_RUNTIME_DIR"])
 
     @property
+    def socket(self) -> Path:
+        from gpubox.paths import resolve_paths
+        from gpubox.queue.layout import socket_path
+
+        return socket_path(resolve_paths(self.env))
+
+    @property
     def db(self) -> Path:
         return self.state_dir / "queue.db"
 
@@ -100,7 +107,7 @@ class QueueBox:
             start_new_session=True,
         )
         log.close()
-        sock = self.runtime_dir / "queue.sock"
+        sock = self.socket
         deadline = time.monotonic() + 20
         while not sock.exists():
             assert proc.poll() is None, (self.home / "daemon-test.log").read_text()

@@ -91,7 +91,7 @@ def running_on(queue: QueueBox, job_id: int) -> list[str]:
 
 def daemon_reason(queue: QueueBox, job_id: int) -> str | None:
     try:
-        view = ask(queue.runtime_dir / "queue.sock", "view", timeout=2.0)
+        view = ask(queue.socket, "view", timeout=2.0)
     except Unreachable:
         return None
     reason = (view.get("reasons") or {}).get(str(job_id))

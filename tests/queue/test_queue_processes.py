@@ -501,7 +501,7 @@ def test_database_logs_and_socket_are_private(queue: QueueBox) -> None:
         path = Path(f"{queue.db}{side}")
         if path.exists():
             assert mode(path) == 0o600, path
-    sock = queue.runtime_dir / "queue.sock"
+    sock = queue.socket
     assert stat.S_ISSOCK(sock.stat().st_mode)
     assert mode(sock) == 0o600
     job_logs = queue.state_dir / "logs"

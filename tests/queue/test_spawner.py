@@ -45,6 +45,9 @@ def test_a_spare_runs_the_job_it_is_handed_and_reports_it(tmp_path: Path) -> Non
         assert (parsed[2].exit_code, parsed[2].outcome) == (3, "failed")
         assert (tmp_path / "7.1.out").read_text() == "out\n"
         assert (tmp_path / "7.1.err").read_text() == "err\n"
+        # The exit record follows the done message (it is for a daemon that missed the message).
+        wait_until(lambda: (tmp_path / "7.1.exit").exists(), 10, "the exit record")
+        wait_until(lambda: bool((tmp_path / "7.1.exit").read_text()), 10, "the exit record's text")
         assert json.loads((tmp_path / "7.1.exit").read_text())["exit_code"] == 3
     finally:
         spawner.close()

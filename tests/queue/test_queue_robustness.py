@@ -1,0 +1,148 @@
+"""What the queue survives: odd bytes, daemons started from inside jobs, cancels that meet retries,
+queues that share a runtime directory, GPUs that cannot be read, and more."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+from gpubox.queue import proctree
+from gpubox.queue.jobs import Job, JobSpec
+from gpubox.queue.schedule import QueueConfig, plan_pass
+from tests.queue.conftest import QueueBox, wait_until
+
+HANG = 60.0
+
+
+def hold_until(go: Path) -> str:
+    return f"while [ ! -e {go} ]; do sleep 0.05; done"
+
+
+def test_a_command_name_that_is_not_utf8_fails_the_job_not_the_daemon(queue: QueueBox) -> None:
+    bad = os.fsdecode(b"./no-such-\xff")
+    job = queue.add("--gpus", "0", "--no-probe", "--", bad)
+    assert queue("queue", "wait", str(job), timeout=HANG).returncode == 127
+    row = queue.job(job)
+    assert row["state"] == "failed" and "command not found" in row["reason"]
+    after = queue.add("--gpus", "0", "--", "true")
+    assert queue("queue", "wait", str(after), timeout=HANG).returncode == 0
+    assert queue("daemon", "status").returncode == 0
+
+
+def test_a_daemon_started_by_a_job_outlives_that_job(queue: QueueBox, tmp_path: Path) -> None:
+    gpubox = f"{sys.executable} -m gpubox"
+    env = {"GPUBOX_QUEUE_MAX_CPU_JOBS": "2"}
+    inner = f"{hold_until(tmp_path / 'go-inner')}"
+    script = f"{hold_until(tmp_path / 'go1')}; {gpubox} queue add --gpus 0 --shell -- '{inner}' > {tmp_path}/inner-id"
+    queue.start_daemon(env=env)
+    outer = queue.add("--gpus", "0", "--shell", "--", script, env=env)
+    queue.wait_state(outer, ("running",), HANG)
+    assert queue("daemon", "stop").returncode == 0
+    # With no daemon running, the job's own `queue add` starts one, inside the job's tree.
+    (tmp_path / "go1").touch()
+    wait_until(lambda: (tmp_path / "inner-id").exists() and (tmp_path / "inner-id").read_text().strip() != "", HANG)
+    inner_id = int((tmp_path / "inner-id").read_text())
+    queue.wait_state(inner_id, ("running",), HANG)
+    queue.wait_state(outer, ("succeeded",), HANG)
+    daemon = queue.daemon_pid()
+    assert daemon and proctree.is_alive(daemon, None), "the job's end took the daemon with it"
+    assert queue.job(inner_id)["state"] == "running", "the job's end took another job with it"
+    (tmp_path / "go-inner").touch()
+    assert queue("queue", "wait", str(inner_id), timeout=HANG).returncode == 0
+
+
+def test_a_cancel_is_not_undone_by_retries(queue: QueueBox, tmp_path: Path) -> None:
+    job = queue.add("--gpus", "0", "--retries", "2", "--shell", "--", f"{hold_until(tmp_path / 'go')}; exit 3")
+    queue.wait_state(job, ("running",), HANG)
+    assert queue("queue", "cancel", str(job)).returncode == 0
+    assert queue("queue", "wait", str(job), timeout=HANG).returncode != 0
+    row = queue.job(job)
+    assert (row["state"], row["attempt"]) == ("cancelled", 1)
+
+
+def test_two_queues_sharing_a_runtime_directory_answer_for_themselves(queue: QueueBox, tmp_path: Path) -> None:
+    other = {"GPUBOX_STATE_DIR": str(tmp_path / "other-state")}
+    first = queue.add("--gpus", "0", "--", "sh", "-c", "exit 4", env=other)
+    assert queue("queue", "wait", str(first), env=other, timeout=HANG).returncode == 4
+    mine = queue.add("--gpus", "0", "--", "sh", "-c", "exit 6")
+    assert queue("queue", "wait", str(mine), timeout=HANG).returncode == 6
+    status = json.loads(queue("daemon", "status", "--json").stdout)["data"]
+    assert status["state_dir"] == str(queue.state_dir)
+    assert queue("daemon", "stop", env=other).returncode == 0
+
+
+def test_clean_keeps_a_job_that_a_queued_job_runs_after(queue: QueueBox) -> None:
+    first = queue.add("--gpus", "0", "--", "true")
+    assert queue("queue", "wait", str(first), timeout=HANG).returncode == 0
+    assert queue("queue", "pause").returncode == 0
+    second = queue.add("--gpus", "0", "--after", str(first), "--", "true")
+    assert queue("queue", "clean").stdout == "removed 0 finished job(s)\n"
+    assert queue("queue", "resume").returncode == 0
+    assert queue("queue", "wait", str(second), timeout=HANG).returncode == 0
+
+
+def test_waiting_for_a_job_that_is_cleaned_meanwhile_says_so(queue: QueueBox, tmp_path: Path) -> None:
+    job = queue.add("--gpus", "0", "--shell", "--", hold_until(tmp_path / "go"))
+    queue.wait_state(job, ("running",), HANG)
+    import subprocess
+
+    waiter = subprocess.Popen(
+        [sys.executable, "-m", "gpubox", "queue", "wait", str(job)],
+        env={**os.environ, **queue.env},
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    (tmp_path / "go").touch()
+    queue.wait_state(job, ("succeeded",), HANG)
+    # Between two of the waiter's looks, the job may be gone already: either way, one clear line.
+    queue("queue", "clean")
+    _, err = waiter.communicate(timeout=HANG)
+    assert waiter.returncode in (0, 1)
+    if waiter.returncode == 1:
+        assert err.strip() == f"gpubox: job {job} was removed (queue clean) before it ended"
+
+
+def test_a_huge_job_id_is_a_usage_error(queue: QueueBox) -> None:
+    for args in (
+        ("queue", "show", "99999999999999999999"),
+        ("queue", "add", "--after", "99999999999999999999", "--", "true"),
+    ):
+        result = queue(*args)
+        assert result.returncode == 2, result.stderr
+        assert "Traceback" not in result.stderr and len(result.stderr.splitlines()) == 1
+
+
+def _job(
+    job_id: int, kind: str, state: str, priority: int = 0, gpus: int | None = None, uuids: tuple[str, ...] = ()
+) -> Job:
+    return Job(
+        id=job_id,
+        spec=JobSpec(argv=("true",), kind=kind, priority=priority, gpus=gpus),
+        state=state,
+        submitted_at=float(job_id),
+        started_at=100.0 if state == "running" else None,
+        attempt=1 if state == "running" else 0,
+        gpu_uuids=uuids,
+    )
+
+
+def test_unreadable_gpus_hold_gpu_jobs_and_let_cpu_jobs_run() -> None:
+    queued = [_job(1, "train", "queued"), _job(2, "other", "queued", gpus=0), _job(3, "infer", "queued", gpus=1)]
+    plan = plan_pass(queued, [], {}, None, {}, 200.0, QueueConfig(), gpus_unknown="NVML is not available (x)")
+    assert [s.job_id for s in plan.starts] == [2]
+    assert plan.waits[1] == plan.waits[3] == "waits for the GPUs to be readable: NVML is not available (x)"
+
+
+def test_no_preemption_of_a_batch_job_that_would_win_its_gpu_back() -> None:
+    from gpubox.queue.gpus import GpuInfo
+
+    gpu = GpuInfo(0, "GPU-a", 80 << 30, 1 << 30)
+    batch_high = _job(1, "batch", "running", priority=5, uuids=("GPU-a",))
+    batch_low = _job(2, "batch", "running", priority=0, uuids=("GPU-a",))
+    infer = _job(3, "infer", "queued", gpus=1)
+    on = QueueConfig(preempt=True)
+    assert plan_pass([infer], [batch_high], {}, [gpu], {}, 200.0, on).preempts == []
+    chosen = plan_pass([infer], [batch_low], {}, [gpu], {}, 200.0, on).preempts
+    assert [(p.job_id, p.for_job_id) for p in chosen] == [(2, 3)]
