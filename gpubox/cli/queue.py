@@ -203,16 +203,13 @@ def add(
                     raise ValueError(f"{file}:{number}: {exc}") from None
         else:
             specs = [build_spec(command or [], opts, base_env, base_cwd, lookup)]
-        store = _store(paths)
-        try:
+        with _store(paths) as store:
             if file is not None:  # name the line of a dependency that does not exist
                 for (number, _, _), spec in zip(entries, specs, strict=True):
                     for dep in spec.after:
                         if store.get(dep) is None:
                             raise ValueError(f"{file}:{number}: job {dep} (named in after) does not exist")
             jobs = store.add_many(specs)
-        finally:
-            store.close()
     wake_daemon(paths)
     _emit(
         "queue add",
@@ -239,13 +236,9 @@ def ls(
     from gpubox.queue.records import gpu_request, job_record
 
     paths = _paths()
-    with _errors():
-        store = _store(paths)
-        try:
-            states = state or (None if show_all else ["queued", "running"])
-            jobs = store.list(states)
-        finally:
-            store.close()
+    with _errors(), _store(paths) as store:
+        states = state or (None if show_all else ["queued", "running"])
+        jobs = store.list(states)
     view = daemon_view(paths)
     index, live = _gpu_index(view), _live(view)
     records = [job_record(j, live, index) for j in jobs]
@@ -264,13 +257,9 @@ def show(
     from gpubox.queue.records import attempt_record, gpu_request, job_record
 
     paths = _paths()
-    with _errors():
-        store = _store(paths)
-        try:
-            job = store.require(job_id)
-            attempts = store.attempts(job_id)
-        finally:
-            store.close()
+    with _errors(), _store(paths) as store:
+        job = store.require(job_id)
+        attempts = store.attempts(job_id)
     view = daemon_view(paths) if job.state == "queued" else {}
     index = _gpu_index(view)
     record = job_record(job, _live(view) if job.state == "queued" else {}, index, with_env=as_json)
@@ -343,12 +332,8 @@ def cancel(ids: IDS, as_json: JSON = False) -> None:
     from gpubox.queue.records import job_record
 
     paths = _paths()
-    with _errors():
-        store = _store(paths)
-        try:
-            results = cancel_jobs(store, ids)
-        finally:
-            store.close()
+    with _errors(), _store(paths) as store:
+        results = cancel_jobs(store, ids)
     ended = [r for r in results if r.action == "ended already"]
     lines = [f"job {r.job.id}: {r.action}" for r in results if r.action != "ended already"]
     data = {"jobs": [{**job_record(r.job), "action": r.action} for r in results]}
@@ -375,14 +360,11 @@ def wait(
     paths = _paths()
     with _errors():
         limit = parse_duration(timeout) if timeout is not None else None
-        store = _store(paths)
-        try:
+        with _store(paths) as store:
             for job_id in ids:
                 store.require(job_id)
             wake_daemon(paths)  # a job only moves on while a daemon runs
             jobs = wait_jobs(store, ids, limit, on_poll=_keep_daemon(paths))
-        finally:
-            store.close()
     if jobs is None:
         raise GpuboxError(
             f"timed out after {timeout} waiting for job(s) {', '.join(map(str, ids))}", ExitCode.TIMED_OUT
@@ -400,16 +382,12 @@ def retry(ids: IDS, as_json: JSON = False) -> None:
     from gpubox.queue.records import job_record
 
     paths = _paths()
-    with _errors():
-        store = _store(paths)
-        try:
-            for job_id in ids:
-                job = store.require(job_id)
-                if job.state in ("queued", "running"):
-                    raise ValueError(f"job {job_id} is {job.state}; only a finished job can be retried")
-            jobs = [store.requeue(job_id) for job_id in ids]
-        finally:
-            store.close()
+    with _errors(), _store(paths) as store:
+        for job_id in ids:
+            job = store.require(job_id)
+            if job.state in ("queued", "running"):
+                raise ValueError(f"job {job_id} is {job.state}; only a finished job can be retried")
+        jobs = [store.requeue(job_id) for job_id in ids]
     wake_daemon(paths)
     _emit(
         "queue retry", {"jobs": [job_record(j) for j in jobs]}, as_json, "\n".join(f"job {j.id}: queued" for j in jobs)
@@ -436,11 +414,8 @@ def pause(
     paths = _paths()
     with _errors():
         target, label = _pause_target(gpu)
-        store = _store(paths)
-        try:
+        with _store(paths) as store:
             changed = store.pause(target)
-        finally:
-            store.close()
     sys.stdout.write(f"{label}: paused\n" if changed else f"{label}: paused already\n")
 
 
@@ -454,11 +429,8 @@ def resume(
     paths = _paths()
     with _errors():
         target, label = _pause_target(gpu)
-        store = _store(paths)
-        try:
+        with _store(paths) as store:
             changed = store.resume(target)
-        finally:
-            store.close()
     wake_daemon(paths)
     sys.stdout.write(f"{label}: resumed\n" if changed else f"{label}: was not paused\n")
 
@@ -477,11 +449,8 @@ def clean(
     paths = _paths()
     with _errors():
         age = parse_duration(older_than) if older_than is not None else 0.0
-        store = _store(paths)
-        try:
+        with _store(paths) as store:
             removed = store.clean(age)
-        finally:
-            store.close()
     remove_logs(paths, removed)
     _emit("queue clean", {"removed": removed}, as_json, f"removed {len(removed)} finished job(s)")
 
@@ -525,10 +494,7 @@ def edit(
             changes["time_limit_s"] = None
         if not changes:
             raise ValueError("nothing to change: give --priority, --gpus, --gpu, --gpu-mem or --time-limit")
-        store = _store(paths)
-        try:
+        with _store(paths) as store:
             job = store.edit(job_id, changes)
-        finally:
-            store.close()
     wake_daemon(paths)
     _emit("queue edit", {"job": job_record(job)}, as_json, f"job {job.id}: updated")
