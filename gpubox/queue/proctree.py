@@ -78,12 +78,12 @@ def descendants(root: int, spare: frozenset[int] = frozenset()) -> set[int]:
     for pid, ppid in _parents().items():
         children.setdefault(ppid, []).append(pid)
     found: set[int] = set()
-    todo = [p for p in children.get(root, []) if p not in spare]
-    while todo:
-        pid = todo.pop()
+    pending = [p for p in children.get(root, []) if p not in spare]
+    while pending:
+        pid = pending.pop()
         if pid not in found:
             found.add(pid)
-            todo.extend(p for p in children.get(pid, []) if p not in spare)
+            pending.extend(p for p in children.get(pid, []) if p not in spare)
     return found
 
 

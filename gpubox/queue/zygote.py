@@ -31,8 +31,7 @@ def _serve(control: socket.socket, done_w: int) -> int:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C in the daemon's terminal is the daemon's
     proctree.load_libc()  # once here, not in every supervisor
     while True:
-        for _ in proctree.reap_children():
-            pass  # supervisors report through the done pipe and their exit records
+        proctree.reap_children()  # supervisors report through the done pipe and their exit records
         with suppress(InterruptedError):
             ready, _, _ = select.select([control.fileno(), wake_r], [], [])
         if wake_r in ready:
