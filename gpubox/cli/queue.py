@@ -6,21 +6,22 @@ not pay for them, and `queue add` pays only for what it uses.
 
 from __future__ import annotations
 
-import os
 import sys
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import Annotated, Any
 
 import typer
 
+from gpubox.cli.queue_support import add_jobs
+from gpubox.cli.queue_support import box_gpus as _box_gpus
+from gpubox.cli.queue_support import emit as _emit
+from gpubox.cli.queue_support import errors as _errors
+from gpubox.cli.queue_support import gpu_index as _gpu_index
+from gpubox.cli.queue_support import keep_daemon as _keep_daemon
+from gpubox.cli.queue_support import live_reasons as _live
+from gpubox.cli.queue_support import open_queue_store as _store
+from gpubox.cli.queue_support import queue_paths as _paths
 from gpubox.exit_codes import ExitCode, GpuboxError
-
-if TYPE_CHECKING:
-    from gpubox.paths import Paths
-    from gpubox.queue.gpus import GpuInfo
-    from gpubox.queue.store import JobStore
 
 app = typer.Typer(
     help="A local queue that runs training, quantization and inference jobs on the GPUs.",
@@ -30,83 +31,6 @@ app = typer.Typer(
 
 JSON = Annotated[bool, typer.Option("--json", help="Print one JSON document (schema 1) instead of text.")]
 IDS = Annotated[list[int], typer.Argument(metavar="ID...", help="Job ids.", show_default=False)]
-
-
-@contextmanager
-def _errors() -> Iterator[None]:
-    """Bad input is one line and exit 2; a database that cannot be used is one line and exit 1."""
-    from gpubox.queue.store import StoreError
-
-    try:
-        yield
-    except ValueError as exc:
-        raise GpuboxError(str(exc), ExitCode.USAGE) from None
-    except OverflowError:
-        raise GpuboxError("a job id is too large (no such job)", ExitCode.USAGE) from None
-    except StoreError as exc:
-        raise GpuboxError(str(exc), ExitCode.FAILED) from None
-
-
-def _paths() -> Paths:
-    from gpubox.paths import resolve_paths
-
-    return resolve_paths()
-
-
-def _store(paths: Paths) -> JobStore:
-    from gpubox.queue.client import open_store
-
-    return open_store(paths)
-
-
-def _box_gpus(why: str = "this job names GPUs") -> list[GpuInfo]:
-    from gpubox.queue.gpus import NoNvml, NvmlGpus
-
-    source = NvmlGpus()
-    try:
-        return source.read()
-    except NoNvml as exc:
-        raise GpuboxError(f"{why}, but {exc}", ExitCode.NO_GPU) from None
-    finally:
-        source.close()
-
-
-def _gpu_index(view: dict[str, Any] | None) -> dict[str, int]:
-    if not view:
-        return {}
-    return {g["uuid"]: g["index"] for g in view.get("gpus", []) if isinstance(g, dict)}
-
-
-def _live(view: dict[str, Any] | None) -> dict[int, str] | None:
-    if view is None:
-        return None
-    return {int(k): v for k, v in (view.get("reasons") or {}).items()}
-
-
-def _keep_daemon(paths: Paths, every_s: float = 5.0) -> Any:
-    """A callback for long waits: every few seconds, make sure a daemon runs (one that was
-    stopped or killed meanwhile would leave the job recorded as running)."""
-    import time
-
-    from gpubox.queue.client import wake_daemon
-
-    last = [time.monotonic()]
-
-    def keep() -> None:
-        if time.monotonic() - last[0] >= every_s:
-            last[0] = time.monotonic()
-            wake_daemon(paths)
-
-    return keep
-
-
-def _emit(command: str, data: Any, as_json: bool, text: str) -> None:
-    if as_json:
-        from gpubox.cli.output import print_json
-
-        print_json(command, data)
-    elif text:
-        sys.stdout.write(text + "\n")
 
 
 @app.command("add", context_settings={"allow_interspersed_args": False}, options_metavar="[OPTIONS] [--]")
@@ -156,9 +80,7 @@ def add(
     The command's working directory and environment are captured now. Its options may follow
     its name, after --: gpubox queue add --gpus 2 -- python train.py --lr 3e-4.
     """
-    from gpubox.queue.client import wake_daemon
-    from gpubox.queue.records import job_record
-    from gpubox.queue.submit import AddOptions, GpuLookup, build_spec, parse_job_file
+    from gpubox.queue.submit import AddOptions
 
     opts = AddOptions(
         name=name,
@@ -177,46 +99,7 @@ def add(
         probe=not no_probe,
         share=share,
     )
-    try:
-        base_cwd = os.getcwd()
-    except OSError:
-        if cwd is None or not os.path.isabs(cwd):
-            raise GpuboxError("the current directory no longer exists; give --cwd", ExitCode.USAGE) from None
-        base_cwd = "/"
-    lookup = GpuLookup(_box_gpus)
-    base_env = dict(os.environ)
-    paths = _paths()
-    with _errors():
-        if file is not None:
-            if command:
-                raise ValueError("give either --file or a command, not both")
-            try:
-                text = sys.stdin.read() if str(file) == "-" else file.read_text()
-            except (OSError, UnicodeDecodeError) as exc:
-                raise ValueError(f"cannot read {file}: {getattr(exc, 'strerror', None) or exc}") from None
-            entries = parse_job_file(text, str(file), opts)
-            specs = []
-            for number, argv, line_opts in entries:
-                try:
-                    specs.append(build_spec(argv, line_opts, base_env, base_cwd, lookup))
-                except ValueError as exc:
-                    raise ValueError(f"{file}:{number}: {exc}") from None
-        else:
-            specs = [build_spec(command or [], opts, base_env, base_cwd, lookup)]
-        with _store(paths) as store:
-            if file is not None:  # name the line of a dependency that does not exist
-                for (number, _, _), spec in zip(entries, specs, strict=True):
-                    for dep in spec.after:
-                        if store.get(dep) is None:
-                            raise ValueError(f"{file}:{number}: job {dep} (named in after) does not exist")
-            jobs = store.add_many(specs)
-    wake_daemon(paths)
-    _emit(
-        "queue add",
-        {"jobs": [job_record(j) for j in jobs]},
-        as_json,
-        "\n".join(str(j.id) for j in jobs),
-    )
+    add_jobs(command, opts, file, as_json)
 
 
 @app.command("ls")

@@ -1,0 +1,144 @@
+"""What the `gpubox queue` commands share, without Typer: `queue add` also runs from a fast path
+in gpubox/cli/main.py that does not import Typer at all (it would double the command's time)."""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from gpubox.exit_codes import ExitCode, GpuboxError
+
+if TYPE_CHECKING:
+    from gpubox.paths import Paths
+    from gpubox.queue.gpus import GpuInfo
+    from gpubox.queue.store import JobStore
+    from gpubox.queue.submit import AddOptions
+
+
+@contextmanager
+def errors() -> Iterator[None]:
+    """Bad input is one line and exit 2; a database that cannot be used is one line and exit 1."""
+    from gpubox.queue.store import StoreError
+
+    try:
+        yield
+    except ValueError as exc:
+        raise GpuboxError(str(exc), ExitCode.USAGE) from None
+    except OverflowError:
+        raise GpuboxError("a job id is too large (no such job)", ExitCode.USAGE) from None
+    except StoreError as exc:
+        raise GpuboxError(str(exc), ExitCode.FAILED) from None
+
+
+def queue_paths() -> Paths:
+    from gpubox.paths import resolve_paths
+
+    return resolve_paths()
+
+
+def open_queue_store(paths: Paths) -> JobStore:
+    from gpubox.queue.client import open_store
+
+    return open_store(paths)
+
+
+def box_gpus(why: str = "this job names GPUs") -> list[GpuInfo]:
+    from gpubox.queue.gpus import NoNvml, NvmlGpus
+
+    source = NvmlGpus()
+    try:
+        return source.read()
+    except NoNvml as exc:
+        raise GpuboxError(f"{why}, but {exc}", ExitCode.NO_GPU) from None
+    finally:
+        source.close()
+
+
+def gpu_index(view: dict[str, Any] | None) -> dict[str, int]:
+    if not view:
+        return {}
+    return {g["uuid"]: g["index"] for g in view.get("gpus", []) if isinstance(g, dict)}
+
+
+def live_reasons(view: dict[str, Any] | None) -> dict[int, str] | None:
+    if view is None:
+        return None
+    return {int(k): v for k, v in (view.get("reasons") or {}).items()}
+
+
+def keep_daemon(paths: Paths, every_s: float = 5.0) -> Any:
+    """A callback for long waits: every few seconds, make sure a daemon runs (one that was
+    stopped or killed meanwhile would leave the job recorded as running)."""
+    import time
+
+    from gpubox.queue.client import wake_daemon
+
+    last = [time.monotonic()]
+
+    def keep() -> None:
+        if time.monotonic() - last[0] >= every_s:
+            last[0] = time.monotonic()
+            wake_daemon(paths)
+
+    return keep
+
+
+def emit(command: str, data: Any, as_json: bool, text: str) -> None:
+    if as_json:
+        from gpubox.cli.output import print_json
+
+        print_json(command, data)
+    elif text:
+        sys.stdout.write(text + "\n")
+
+
+def add_jobs(command: Sequence[str] | None, opts: AddOptions, file: Path | None, as_json: bool) -> None:
+    """`gpubox queue add`: build the specs, add them all or none, wake the daemon, print the ids."""
+    from gpubox.queue.client import wake_daemon
+    from gpubox.queue.records import job_record
+    from gpubox.queue.submit import GpuLookup, build_spec, parse_job_file
+
+    try:
+        base_cwd = os.getcwd()
+    except OSError:
+        if opts.cwd is None or not os.path.isabs(opts.cwd):
+            raise GpuboxError("the current directory no longer exists; give --cwd", ExitCode.USAGE) from None
+        base_cwd = "/"
+    lookup = GpuLookup(box_gpus)
+    base_env = dict(os.environ)
+    paths = queue_paths()
+    with errors():
+        if file is not None:
+            if command:
+                raise ValueError("give either --file or a command, not both")
+            try:
+                text = sys.stdin.read() if str(file) == "-" else file.read_text()
+            except (OSError, UnicodeDecodeError) as exc:
+                raise ValueError(f"cannot read {file}: {getattr(exc, 'strerror', None) or exc}") from None
+            entries = parse_job_file(text, str(file), opts)
+            specs = []
+            for number, argv, line_opts in entries:
+                try:
+                    specs.append(build_spec(argv, line_opts, base_env, base_cwd, lookup))
+                except ValueError as exc:
+                    raise ValueError(f"{file}:{number}: {exc}") from None
+        else:
+            specs = [build_spec(list(command or []), opts, base_env, base_cwd, lookup)]
+        with open_queue_store(paths) as store:
+            if file is not None:  # name the line of a dependency that does not exist
+                for (number, _, _), spec in zip(entries, specs, strict=True):
+                    for dep in spec.after:
+                        if store.get(dep) is None:
+                            raise ValueError(f"{file}:{number}: job {dep} (named in after) does not exist")
+            jobs = store.add_many(specs)
+    wake_daemon(paths)
+    emit(
+        "queue add",
+        {"jobs": [job_record(j) for j in jobs]},
+        as_json,
+        "\n".join(str(j.id) for j in jobs),
+    )
