@@ -1,7 +1,8 @@
 """The `gpubox` entry point.
 
 `gpubox --version` answers before Typer is imported: scripts call it to probe for gpubox, and
-it should cost little more than starting Python.
+it should cost little more than starting Python. So does a plain `gpubox queue add`, which
+scripts and cron call in loops (gpubox/cli/queue_add_fast.py).
 """
 
 from __future__ import annotations
@@ -16,6 +17,12 @@ def main(argv: list[str] | None = None) -> int:
     if args in (["--version"], ["-V"]):
         sys.stdout.write(f"gpubox {__version__}\n")
         return 0
+    if args[:2] == ["queue", "add"]:
+        from gpubox.cli.queue_add_fast import run_fast
+
+        code = run_fast(args[2:])
+        if code is not None:
+            return code
     from gpubox.cli.app import run
 
     return run(args)
