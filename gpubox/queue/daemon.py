@@ -1,9 +1,10 @@
 """The queue daemon: one per state directory, in the foreground, for systemd or a client to start.
 
 It holds an exclusive lock beside the database, listens on a Unix socket in the runtime
-directory, and runs a scheduling pass when a client pokes it, when a supervisor it forked
-exits, when another process commits to the database, and every poll interval while jobs wait
-(GPU memory changes without telling anyone). Jobs run under their own supervisors, so stopping
+directory, and runs a scheduling pass when a client pokes it, when a supervisor reports an end
+(the done pipe), when another process commits to the database, and every poll interval while
+jobs wait (GPU memory changes without telling anyone). Supervisors come from a spawner process
+(zygote.py), so the daemon itself never forks. Jobs run under their own supervisors, so stopping
 or killing the daemon leaves them running; a new daemon picks up where it left off. On start it
 marks `lost` the jobs that were running before a reboot.
 """
