@@ -31,8 +31,8 @@ from gpubox.queue.gpus import GpuInfo, NoNvml, NvmlGpus
 from gpubox.queue.jobs import Job
 from gpubox.queue.layout import LOCK_NAME, attempt_prefix, db_path, log_paths, logs_dir, socket_path
 from gpubox.queue.schedule import Plan, QueueConfig, plan_pass
+from gpubox.queue.spares import SparePool
 from gpubox.queue.store import JobStore
-from gpubox.queue.zygote import Spawner
 
 START_GRACE_S = 30.0  # a job recorded as started without a supervisor pid for this long never ran
 
@@ -72,10 +72,7 @@ class Daemon:
         self.db_path = db_path(paths)
         self.socket_path = socket_path(paths)
         self.logs_dir = logs_dir(paths)
-        self.spares: list[supervise.Spare] = []
-        self.spawner: Spawner | None = None
-        self._sel: selectors.BaseSelector | None = None
-        self._watched: socket.socket | None = None  # the spawner socket the selector watches
+        self.pool: SparePool | None = None  # supervisors forked ahead, made when the loop starts
         self._done_w = -1
         self.reasons: dict[int, str] = {}
         self.last_gpus: list[GpuInfo] = []
@@ -150,10 +147,8 @@ class Daemon:
             self.log(f"pid {os.getpid()}, state {self.paths.state_dir}, socket {self.socket_path}")
             self._loop(store, listener, wake_r, done_r)
         finally:
-            for spare in self.spares:
-                supervise.discard(spare)
-            if self.spawner is not None:
-                self.spawner.close()
+            if self.pool is not None:
+                self.pool.close()
             signal.set_wakeup_fd(-1)
             for sig, handler in old_handlers.items():
                 signal.signal(sig, handler)
@@ -180,7 +175,7 @@ class Daemon:
         sel.register(listener, selectors.EVENT_READ, "listen")
         sel.register(wake_r, selectors.EVENT_READ, "signal")
         sel.register(done_r, selectors.EVENT_READ, "done")
-        self._sel = sel
+        self.pool = SparePool(self._done_w, sel, SPARES)
         version = store.data_version()
         pending = b""
         failures = 0
@@ -189,8 +184,8 @@ class Daemon:
                 for key, _ in sel.select(timeout=0 if self._dirty else self.config.poll_interval_s):
                     if key.data == "listen":
                         self._accept(listener, store)
-                    elif key.data == "spawner":
-                        self._collect_spare()
+                    elif key.data == "spawner" and self.pool is not None:
+                        self.pool.on_readable(wanted=bool(self.reasons))
                     elif key.data == "done":
                         pending += _drain(done_r)
                         *lines, pending = pending.split(b"\n")
@@ -410,65 +405,14 @@ class Daemon:
                 states[dep] = found.state if found else None
         return states
 
-    def _ask_spare(self) -> Spawner:
-        """Ask the spawner for a supervisor; its reply is collected when it comes."""
-        if self.spawner is None:
-            self.spawner = Spawner(self._done_w)
-        try:
-            self.spawner.ask()  # starts the spawner, or a new one when it died
-        finally:
-            self._watch_spawner()
-        return self.spawner
-
-    def _watch_spawner(self) -> None:
-        """Keep the selector on the spawner's current socket (a new one after a restart), and
-        on no closed one."""
-        current = self.spawner.control if self.spawner is not None else None
-        if self._watched is current or self._sel is None:
-            return
-        if self._watched is not None:
-            with suppress(KeyError, ValueError):
-                self._sel.unregister(self._watched)
-        if current is not None:
-            self._sel.register(current, selectors.EVENT_READ, "spawner")
-        self._watched = current
-
-    def _new_spare(self) -> supervise.Spare:
-        """A supervisor now: one asked for already, or a new one."""
-        spawner = self.spawner if self.spawner is not None and self.spawner.asked else self._ask_spare()
-        try:
-            return spawner.receive()
-        finally:
-            self._watch_spawner()
-
-    def _collect_spare(self) -> None:
-        """The spawner has something to say: a spare (kept while jobs wait), or EOF (it died)."""
-        if self.spawner is None:
-            return
-        try:
-            if not self.spawner.asked:
-                self.spawner.close()  # readable with nothing asked: it ended; reap it
-                return
-            spare = self.spawner.receive(timeout=0)
-        except (OSError, TimeoutError):
-            return
-        finally:
-            self._watch_spawner()
-        if self.reasons:
-            self.spares.append(spare)
-        else:
-            supervise.discard(spare)
-
     def _keep_spare(self, wanted: bool) -> None:
-        """Keep a supervisor forked ahead while jobs wait (asked for, not waited for); none while
-        the queue is empty."""
+        """Keep a supervisor forked ahead while jobs wait; none while the queue is empty."""
+        if self.pool is None:
+            return
         try:
-            while wanted and len(self.spares) + (self.spawner.asked if self.spawner else 0) < SPARES:
-                self._ask_spare()
+            self.pool.keep(wanted)
         except OSError as exc:
             self.log(f"could not prepare a supervisor ahead: {exc}")
-        while not wanted and self.spares:
-            supervise.discard(self.spares.pop())
 
     def _start(self, store: JobStore, job: Job, gpu_uuids: tuple[str, ...]) -> None:
         attempt = job.attempt + 1
@@ -486,7 +430,8 @@ class Daemon:
         )
         for _ in range(3):  # a spare that died meanwhile is replaced
             try:
-                spare = self.spares.pop(0) if self.spares else self._new_spare()
+                assert self.pool is not None
+                spare = self.pool.take()
             except OSError as exc:
                 self.log(f"job {job.id}: could not start a supervisor ({exc}); trying again later")
                 return
@@ -500,7 +445,7 @@ class Daemon:
                 expect=job.spec,
             )
             if not started:
-                self.spares.insert(0, spare)  # the job changed under us (cancelled, edited): keep it
+                self.pool.put_back(spare)  # the job changed under us (cancelled, edited): keep it
                 self._dirty = True
                 return
             try:

@@ -1,0 +1,88 @@
+"""Supervisors kept forked ahead for the daemon, from the spawner (zygote.py).
+
+Spares are asked for without waiting and collected when the spawner replies, through the
+daemon's own selector (the socket is registered with the data "spawner"). A spawner that died
+is noticed (its socket reads EOF) and started again on the next request.
+"""
+
+from __future__ import annotations
+
+import selectors
+import socket
+from contextlib import suppress
+
+from gpubox.queue import supervise
+from gpubox.queue.zygote import Spawner
+
+
+class SparePool:
+    def __init__(self, done_w: int, selector: selectors.BaseSelector, size: int) -> None:
+        self.spawner = Spawner(done_w)
+        self.selector = selector
+        self.size = size
+        self.ready: list[supervise.Spare] = []
+        self._watched: socket.socket | None = None
+
+    def _watch(self) -> None:
+        """Keep the selector on the spawner's current socket (a new one after a restart), and
+        on no closed one."""
+        current = self.spawner.control
+        if self._watched is current:
+            return
+        if self._watched is not None:
+            with suppress(KeyError, ValueError):
+                self.selector.unregister(self._watched)
+        if current is not None:
+            self.selector.register(current, selectors.EVENT_READ, "spawner")
+        self._watched = current
+
+    def _ask(self) -> None:
+        try:
+            self.spawner.ask()  # starts the spawner, or a new one when it died
+        finally:
+            self._watch()
+
+    def take(self) -> supervise.Spare:
+        """A spare now: a ready one, the one asked for already, or a new one (OSError if none)."""
+        if self.ready:
+            return self.ready.pop(0)
+        if not self.spawner.asked:
+            self._ask()
+        try:
+            return self.spawner.receive()
+        finally:
+            self._watch()
+
+    def put_back(self, spare: supervise.Spare) -> None:
+        self.ready.insert(0, spare)
+
+    def on_readable(self, wanted: bool) -> None:
+        """The spawner has something to say: a spare (kept while wanted), or EOF (it died)."""
+        try:
+            if not self.spawner.asked:
+                self.spawner.close()  # readable with nothing asked: it ended; reap it
+                return
+            spare = self.spawner.receive(timeout=0)
+        except (OSError, TimeoutError):
+            return
+        finally:
+            self._watch()
+        if wanted:
+            self.ready.append(spare)
+        else:
+            supervise.discard(spare)
+
+    def keep(self, wanted: bool) -> None:
+        """While jobs wait, keep `size` spares ready or asked for; none while the queue is empty.
+        OSError when the spawner cannot be asked."""
+        while wanted and len(self.ready) + self.spawner.asked < self.size:
+            self._ask()
+        while not wanted and self.ready:
+            supervise.discard(self.ready.pop())
+
+    def close(self) -> None:
+        for spare in self.ready:
+            supervise.discard(spare)
+        self.ready = []
+        self.spawner.close()
+        self._watch()
