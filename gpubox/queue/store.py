@@ -334,18 +334,6 @@ class JobStore:
             db.execute("DELETE FROM attempts WHERE job_id = ? AND number = ?", (job_id, attempt))
         return True
 
-    def set_pid(self, job_id: int, pid: int, pid_start: int | None = None) -> None:
-        """Record the pid of a running job once its process exists."""
-        with self._write() as db:
-            db.execute(
-                "UPDATE jobs SET pid = ?, pid_start = ? WHERE id = ? AND state = 'running'",
-                (pid, pid_start, job_id),
-            )
-            db.execute(
-                "UPDATE attempts SET pid = ? WHERE job_id = ? AND number = (SELECT attempt FROM jobs WHERE id = ?)",
-                (pid, job_id, job_id),
-            )
-
     def finish(
         self,
         job_id: int,
