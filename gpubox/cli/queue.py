@@ -12,15 +12,17 @@ from typing import Annotated, Any
 
 import typer
 
-from gpubox.cli.queue_support import add_jobs
-from gpubox.cli.queue_support import box_gpus as _box_gpus
-from gpubox.cli.queue_support import emit as _emit
-from gpubox.cli.queue_support import errors as _errors
-from gpubox.cli.queue_support import gpu_index as _gpu_index
-from gpubox.cli.queue_support import keep_daemon as _keep_daemon
-from gpubox.cli.queue_support import live_reasons as _live
-from gpubox.cli.queue_support import open_queue_store as _store
-from gpubox.cli.queue_support import queue_paths as _paths
+from gpubox.cli.queue_support import (
+    add_jobs,
+    box_gpus,
+    emit,
+    errors,
+    gpu_index,
+    keep_daemon,
+    live_reasons,
+    open_queue_store,
+    queue_paths,
+)
 from gpubox.exit_codes import ExitCode, GpuboxError
 
 app = typer.Typer(
@@ -118,15 +120,15 @@ def ls(
     from gpubox.queue.client import daemon_view
     from gpubox.queue.records import gpu_request, job_record
 
-    paths = _paths()
-    with _errors(), _store(paths) as store:
+    paths = queue_paths()
+    with errors(), open_queue_store(paths) as store:
         states = state or (None if show_all else ["queued", "running"])
         jobs = store.list(states)
     view = daemon_view(paths)
-    index, live = _gpu_index(view), _live(view)
+    index, live = gpu_index(view), live_reasons(view)
     records = [job_record(j, live, index) for j in jobs]
     text = job_table(records, {j.id: gpu_request(j, index) for j in jobs}) if records else "no jobs"
-    _emit("queue ls", {"daemon": view is not None, "jobs": records}, as_json, text)
+    emit("queue ls", {"daemon": view is not None, "jobs": records}, as_json, text)
 
 
 @app.command("show")
@@ -139,17 +141,15 @@ def show(
     from gpubox.queue.client import daemon_view
     from gpubox.queue.records import attempt_record, gpu_request, job_record
 
-    paths = _paths()
-    with _errors(), _store(paths) as store:
+    paths = queue_paths()
+    with errors(), open_queue_store(paths) as store:
         job = store.require(job_id)
         attempts = store.attempts(job_id)
     view = daemon_view(paths) if job.state == "queued" else {}
-    index = _gpu_index(view)
-    record = job_record(job, _live(view) if job.state == "queued" else {}, index, with_env=as_json)
+    index = gpu_index(view)
+    record = job_record(job, live_reasons(view) if job.state == "queued" else {}, index, with_env=as_json)
     tries = [attempt_record(a, index) for a in attempts]
-    _emit(
-        "queue show", {"job": record, "attempts": tries}, as_json, job_details(record, tries, gpu_request(job, index))
-    )
+    emit("queue show", {"job": record, "attempts": tries}, as_json, job_details(record, tries, gpu_request(job, index)))
 
 
 @app.command("logs")
@@ -164,9 +164,9 @@ def logs(
     from gpubox.queue.client import follow as follow_log
     from gpubox.queue.jobs import END_STATES
 
-    paths = _paths()
-    with _errors():
-        store = _store(paths)
+    paths = queue_paths()
+    with errors():
+        store = open_queue_store(paths)
         job = store.require(job_id)
         if attempt is not None and not 1 <= attempt <= job.attempt:
             raise ValueError(f"job {job_id} has no attempt {attempt} (it has {job.attempt})")
@@ -194,7 +194,7 @@ def logs(
                 return None
             return attempt_log(paths, latest, attempt, stderr)
 
-        keep = _keep_daemon(paths)
+        keep = keep_daemon(paths)
 
         def ended() -> bool:
             keep()
@@ -214,13 +214,13 @@ def cancel(ids: IDS, as_json: JSON = False) -> None:
     from gpubox.queue.client import cancel_jobs
     from gpubox.queue.records import job_record
 
-    paths = _paths()
-    with _errors(), _store(paths) as store:
+    paths = queue_paths()
+    with errors(), open_queue_store(paths) as store:
         results = cancel_jobs(store, ids)
     ended = [r for r in results if r.action == "ended already"]
     lines = [f"job {r.job.id}: {r.action}" for r in results if r.action != "ended already"]
     data = {"jobs": [{**job_record(r.job), "action": r.action} for r in results]}
-    _emit("queue cancel", data, as_json, "\n".join(lines))
+    emit("queue cancel", data, as_json, "\n".join(lines))
     for r in ended:
         sys.stderr.write(f"gpubox: job {r.job.id} ended already ({r.job.state})\n")
     if ended:
@@ -240,21 +240,21 @@ def wait(
     from gpubox.queue.parse import parse_duration
     from gpubox.queue.records import job_record
 
-    paths = _paths()
-    with _errors():
+    paths = queue_paths()
+    with errors():
         limit = parse_duration(timeout) if timeout is not None else None
-        with _store(paths) as store:
+        with open_queue_store(paths) as store:
             for job_id in ids:
                 store.require(job_id)
             wake_daemon(paths)  # a job only moves on while a daemon runs
-            jobs = wait_jobs(store, ids, limit, on_poll=_keep_daemon(paths))
+            jobs = wait_jobs(store, ids, limit, on_poll=keep_daemon(paths))
     if jobs is None:
         raise GpuboxError(
             f"timed out after {timeout} waiting for job(s) {', '.join(map(str, ids))}", ExitCode.TIMED_OUT
         )
     code = exit_code_for(jobs)
     lines = [f"job {j.id}: {j.state}" + ("" if j.exit_code is None else f" (exit {j.exit_code})") for j in jobs]
-    _emit("queue wait", {"jobs": [job_record(j) for j in jobs], "exit_code": code}, as_json, "\n".join(lines))
+    emit("queue wait", {"jobs": [job_record(j) for j in jobs], "exit_code": code}, as_json, "\n".join(lines))
     raise typer.Exit(code)
 
 
@@ -264,15 +264,15 @@ def retry(ids: IDS, as_json: JSON = False) -> None:
     from gpubox.queue.client import wake_daemon
     from gpubox.queue.records import job_record
 
-    paths = _paths()
-    with _errors(), _store(paths) as store:
+    paths = queue_paths()
+    with errors(), open_queue_store(paths) as store:
         for job_id in ids:
             job = store.require(job_id)
             if job.state in ("queued", "running"):
                 raise ValueError(f"job {job_id} is {job.state}; only a finished job can be retried")
         jobs = [store.requeue(job_id) for job_id in ids]
     wake_daemon(paths)
-    _emit(
+    emit(
         "queue retry", {"jobs": [job_record(j) for j in jobs]}, as_json, "\n".join(f"job {j.id}: queued" for j in jobs)
     )
 
@@ -283,7 +283,7 @@ def _pause_target(gpu: str | None) -> tuple[str, str]:
 
     if gpu is None:
         return QUEUE, "the queue"
-    box = _box_gpus(f"--gpu {gpu} names a GPU")
+    box = box_gpus(f"--gpu {gpu} names a GPU")
     (uuid,) = resolve_gpus([gpu], box)
     index = next(g.index for g in box if g.uuid == uuid)
     return uuid, f"GPU {index}"
@@ -294,10 +294,10 @@ def pause(
     gpu: Annotated[str | None, typer.Option("--gpu", help="Only this GPU (index or UUID), for maintenance.")] = None,
 ) -> None:
     """Start no new jobs (on one GPU, with --gpu); running jobs keep running."""
-    paths = _paths()
-    with _errors():
+    paths = queue_paths()
+    with errors():
         target, label = _pause_target(gpu)
-        with _store(paths) as store:
+        with open_queue_store(paths) as store:
             changed = store.pause(target)
     sys.stdout.write(f"{label}: paused\n" if changed else f"{label}: paused already\n")
 
@@ -309,10 +309,10 @@ def resume(
     """Start jobs again (on one GPU, with --gpu)."""
     from gpubox.queue.client import wake_daemon
 
-    paths = _paths()
-    with _errors():
+    paths = queue_paths()
+    with errors():
         target, label = _pause_target(gpu)
-        with _store(paths) as store:
+        with open_queue_store(paths) as store:
             changed = store.resume(target)
     wake_daemon(paths)
     sys.stdout.write(f"{label}: resumed\n" if changed else f"{label}: was not paused\n")
@@ -329,13 +329,13 @@ def clean(
     from gpubox.queue.client import remove_logs
     from gpubox.queue.parse import parse_duration
 
-    paths = _paths()
-    with _errors():
+    paths = queue_paths()
+    with errors():
         age = parse_duration(older_than) if older_than is not None else 0.0
-        with _store(paths) as store:
+        with open_queue_store(paths) as store:
             removed = store.clean(age)
     remove_logs(paths, removed)
-    _emit("queue clean", {"removed": removed}, as_json, f"removed {len(removed)} finished job(s)")
+    emit("queue clean", {"removed": removed}, as_json, f"removed {len(removed)} finished job(s)")
 
 
 @app.command("edit")
@@ -355,8 +355,8 @@ def edit(
     from gpubox.queue.records import job_record
     from gpubox.queue.submit import AddOptions, GpuLookup, build_spec
 
-    paths = _paths()
-    with _errors():
+    paths = queue_paths()
+    with errors():
         if time_limit is not None and no_time_limit:
             raise ValueError("give --time-limit or --no-time-limit, not both")
         changes: dict[str, Any] = {}
@@ -364,7 +364,7 @@ def edit(
             changes["priority"] = priority
         if gpus is not None or gpu is not None or gpu_mem is not None:
             # The same checks as `queue add`, against this box's GPUs.
-            probe = build_spec(["-"], AddOptions(gpus=gpus, gpu=gpu, gpu_mem=gpu_mem), {}, "/", GpuLookup(_box_gpus))
+            probe = build_spec(["-"], AddOptions(gpus=gpus, gpu=gpu, gpu_mem=gpu_mem), {}, "/", GpuLookup(box_gpus))
             if gpus is not None or gpu is not None:
                 changes["gpus"], changes["gpu_ids"] = probe.gpus, probe.gpu_ids
             if gpu_mem is not None:
@@ -377,7 +377,7 @@ def edit(
             changes["time_limit_s"] = None
         if not changes:
             raise ValueError("nothing to change: give --priority, --gpus, --gpu, --gpu-mem or --time-limit")
-        with _store(paths) as store:
+        with open_queue_store(paths) as store:
             job = store.edit(job_id, changes)
     wake_daemon(paths)
-    _emit("queue edit", {"job": job_record(job)}, as_json, f"job {job.id}: updated")
+    emit("queue edit", {"job": job_record(job)}, as_json, f"job {job.id}: updated")

@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 from gpubox.queue import proctree
+from gpubox.queue.store import JobStore
 from tests.helpers import run_gpubox
 
 
@@ -144,10 +145,30 @@ def kill_everything(box: QueueBox) -> None:
         time.sleep(0.05)
 
 
+class Clock:
+    """A clock the store tests set by hand."""
+
+    def __init__(self, now: float = 1000.0) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+
 @pytest.fixture
-def queue(isolated_env: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[QueueBox]:
-    home = isolated_env
-    env = {
+def clock() -> Clock:
+    return Clock()
+
+
+@pytest.fixture
+def store(tmp_path: Path, clock: Clock) -> JobStore:
+    """An empty job store in a temporary folder, on the hand-set clock."""
+    return JobStore(tmp_path / "state" / "queue.db", clock=clock)
+
+
+def queue_env(home: Path) -> dict[str, str]:
+    """The environment of a private queue under `home`."""
+    return {
         "HOME": str(home),
         "GPUBOX_STATE_DIR": str(home / "state"),
         "GPUBOX_RUNTIME_DIR": str(home / "run"),
@@ -156,6 +177,12 @@ def queue(isolated_env: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Queue
         "GPUBOX_QUEUE_KILL_GRACE": "2",
         "GPUBOX_QUEUE_POLL_INTERVAL": "0.2",
     }
+
+
+@pytest.fixture
+def queue(isolated_env: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[QueueBox]:
+    home = isolated_env
+    env = queue_env(home)
     for key, value in env.items():
         monkeypatch.setenv(key, value)  # in-process calls see the same queue as the CLI
     box = QueueBox(home, env)

@@ -2,35 +2,18 @@
 
 from __future__ import annotations
 
+from functools import partial
+
 import pytest
 
-from gpubox.queue.policy import GpuState, JobRequest, PolicyConfig, RunningJob, place_jobs
+from gpubox.queue.policy import PolicyConfig, place_jobs
 from gpubox.queue.preempt import Preempt, choose_preemptions
+from tests.queue import builders
+from tests.queue.builders import gpu
 
-GIB = 1 << 30
-
-
-def gpu(index: int, total_gib: int = 80, used_gib: float = 0, paused: bool = False) -> GpuState:
-    return GpuState(f"GPU-{index}", index, total_gib * GIB, int(used_gib * GIB), paused)
-
-
-def job(
-    id: int,
-    kind: str = "infer",
-    priority: int = 0,
-    at: float = 0.0,
-    gpus: int = 1,
-    ids: tuple[str, ...] | None = None,
-    mem_gib: int | None = None,
-    limit: float | None = None,
-    share: bool = False,
-) -> JobRequest:
-    mem = mem_gib * GIB if mem_gib is not None else None
-    return JobRequest(id, kind, priority, at, gpus, ids, mem, limit, share)
-
-
-def run(id: int, *uuids: str, kind: str = "batch", ends_by: float | None = None, share: bool = False) -> RunningJob:
-    return RunningJob(id, kind, uuids, ends_by, share)
+# Here a waiting job is an infer job and a running one a batch job, unless a test says otherwise.
+job = partial(builders.job, kind="infer")
+run = partial(builders.run, kind="batch")
 
 
 def test_batch_job_on_the_only_gpu_is_stopped_for_a_waiting_infer_job() -> None:

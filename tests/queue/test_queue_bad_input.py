@@ -25,7 +25,7 @@ import pytest
 
 from gpubox.queue.jobs import JobSpec
 from gpubox.queue.store import JobStore
-from tests.queue.conftest import QueueBox, kill_everything
+from tests.queue.conftest import QueueBox, kill_everything, queue_env
 
 Snapshot = dict[str, list[tuple[Any, ...]]]
 
@@ -110,14 +110,7 @@ JOB_FILES = {
 @pytest.fixture(scope="module")
 def seeded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Seeded]:
     home = tmp_path_factory.mktemp("seeded-queue")
-    env = {
-        "HOME": str(home),
-        "GPUBOX_STATE_DIR": str(home / "state"),
-        "GPUBOX_RUNTIME_DIR": str(home / "run"),
-        "GPUBOX_SYSTEM_CONFIG": str(home / "etc-gpubox-config.toml"),
-        "GPUBOX_QUEUE_KILL_GRACE": "2",
-        "GPUBOX_QUEUE_POLL_INTERVAL": "0.2",
-    }
+    env = queue_env(home)
     files = home / "files"
     files.mkdir()
     for name, text in JOB_FILES.items():

@@ -11,14 +11,7 @@ from pathlib import Path
 import pytest
 
 from gpubox.queue.store import Job, JobSpec, JobStore, StoreError
-
-
-class Clock:
-    def __init__(self, now: float = 1000.0) -> None:
-        self.now = now
-
-    def __call__(self) -> float:
-        return self.now
+from tests.queue.conftest import Clock
 
 
 def count_rows(path: Path, table: str = "jobs") -> int:
@@ -27,16 +20,6 @@ def count_rows(path: Path, table: str = "jobs") -> int:
         return int(db.execute(f"SELECT count(*) FROM {table}").fetchone()[0])
     finally:
         db.close()
-
-
-@pytest.fixture
-def clock() -> Clock:
-    return Clock()
-
-
-@pytest.fixture
-def store(tmp_path: Path, clock: Clock) -> JobStore:
-    return JobStore(tmp_path / "state" / "queue.db", clock=clock)
 
 
 def full_spec(after: tuple[int, ...] = ()) -> JobSpec:

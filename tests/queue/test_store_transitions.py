@@ -11,24 +11,7 @@ from typing import Any
 import pytest
 
 from gpubox.queue.store import Job, JobSpec, JobStore
-
-
-class Clock:
-    def __init__(self, now: float = 1000.0) -> None:
-        self.now = now
-
-    def __call__(self) -> float:
-        return self.now
-
-
-@pytest.fixture
-def clock() -> Clock:
-    return Clock()
-
-
-@pytest.fixture
-def store(tmp_path: Path, clock: Clock) -> JobStore:
-    return JobStore(tmp_path / "state" / "queue.db", clock=clock)
+from tests.queue.conftest import Clock
 
 
 def rows(store: JobStore) -> dict[str, list[tuple[Any, ...]]]:
