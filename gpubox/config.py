@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from gpubox.doctor.thresholds import DEFAULTS as _DOCTOR_DEFAULTS
 from gpubox.exit_codes import ExitCode, GpuboxError
 from gpubox.paths import Paths, resolve_paths
 
@@ -68,6 +69,13 @@ def _parse_seconds(raw: object) -> float:
     return value
 
 
+def _parse_threshold(raw: object) -> float:
+    value = _number(raw, "a number")
+    if not 0 <= value <= 1e12:
+        raise ValueError(f"must be a number from 0 up, got {raw!r}")
+    return value
+
+
 _KINDS = ("infer", "quantize", "train", "batch", "other")  # gpubox.queue.jobs.KINDS (a test checks they agree)
 
 
@@ -93,6 +101,8 @@ SCHEMA: dict[str, tuple[Callable[[object], Any], Any]] = {
     "queue.preempt": (_parse_bool, False),  # stop batch jobs to make room for waiting infer jobs
     "queue.kill_grace": (_parse_seconds, 10.0),  # seconds between SIGTERM and SIGKILL when a job is stopped
     "queue.poll_interval": (_parse_seconds, 2.0),  # how often the daemon looks again at GPUs and jobs
+    # The doctor's thresholds (gpubox/doctor/thresholds.py, docs/doctor.md): a test keeps them equal.
+    **{key: (_parse_threshold, default) for key, default in _DOCTOR_DEFAULTS.items()},
 }
 
 
