@@ -25,6 +25,9 @@ class Thresholds:
     # Transfers, against the link's theoretical bandwidth
     transfer_warn_fraction: float = 0.7  # pinned copies below this share of the link warn
     transfer_fail_fraction: float = 0.4  # and below this share fail
+    pageable_warn_ratio: float = 0.5  # pageable copies below this share of pinned warn
+    d2d_warn_fraction: float = 0.5  # copies within GPU memory below this share of its bandwidth warn
+    matmul_warn_fraction: float = 0.4  # a bf16 matmul below this share of the GPU's peak warns
     # Data and loader
     data_warn_MBps: float = 200.0  # cold reads of the dataset below this (MB/s) warn
     loader_rate_ratio: float = 1.1  # the loader is input-bound below this times the step rate

@@ -39,6 +39,9 @@
  *                                   (nvmlMemory_v2_t, nvmlGpmMetricsGet_t, nvmlGpmSupport_t):
  *                                   those calls return NVML_ERROR_ARGUMENT_VERSION_MISMATCH
  *   unsupported=fnA,fnB             these NVML functions return NVML_ERROR_NOT_SUPPORTED
+ *   missing=fnA,fnB                 these return NVML_ERROR_FUNCTION_NOT_FOUND, which pynvml raises
+ *                                   as NVMLError_FunctionNotFound, as for a symbol an older
+ *                                   driver lacks (the OLD_DRIVER build leaves symbols out instead)
  *   pcie_throughput_delay_us=0      nvmlDeviceGetPcieThroughput sleeps this long, as the real
  *                                   call blocks ~20 ms per direction
  *
@@ -58,7 +61,32 @@
  *   mig_capable=0  mig_mode=0  max_mig_devices=7
  *   lost_after=N   after N calls of nvmlDeviceGetUtilizationRates on this GPU, every call about
  *                  it (and its MIG devices) returns NVML_ERROR_GPU_IS_LOST; -1 (default): never
- *   unsupported=fnA,fnB  as the system key, for this GPU and its MIG devices only
+ *   unsupported=fnA,fnB  missing=fnA,fnB  as the system keys, for this GPU and its MIG devices only
+ *
+ *   Health, as the doctor reads it:
+ *   ecc_mode=1  ecc_mode_pending= (default ecc_mode)   nvmlDeviceGetEccMode (current, pending);
+ *                  with ecc_mode=0 nvmlDeviceGetTotalEccErrors is NOT_SUPPORTED, as with ECC off
+ *   ecc_corrected_volatile=  ecc_uncorrected_volatile=  ecc_corrected_aggregate=
+ *   ecc_uncorrected_aggregate=   nvmlDeviceGetTotalEccErrors per error and counter type; each
+ *                  defaults to ecc_errors (the older key, which still sets all four)
+ *   remapped_rows_corrected=0  remapped_rows_uncorrected=0  remap_pending=0  remap_failure=0
+ *                  nvmlDeviceGetRemappedRows; NOT_SUPPORTED before Ampere
+ *   retired_pages_pending=0  nvmlDeviceGetRetiredPagesPendingStatus; NOT_SUPPORTED from Ampere on,
+ *                  where row remapping replaces page retirement
+ *   power_default_limit_mw= (default power_limit_mw)  power_min_limit_mw= (default a quarter of
+ *                  the default limit)  power_max_limit_mw= (default the default limit)
+ *   temperature_shutdown=92  temperature_slowdown=89  temperature_mem_max=95
+ *   temperature_gpu_max=87   nvmlDeviceGetTemperatureThreshold; other thresholds NOT_SUPPORTED
+ *   pcie_gen_gpu_max= (default pcie_gen_max)  nvmlDeviceGetGpuMaxPcieLinkGeneration: what the GPU
+ *                  alone can do; pcie_gen_max is what the GPU and the slot allow together
+ *   pcie_replays=0  pcie_replays_per_call=0   nvmlDeviceGetPcieReplayCounter: the value (or the
+ *                  sequence, see below) plus pcie_replays_per_call for every earlier call
+ *
+ *   Sequences: pcie_gen, pcie_width, clock_event_reasons and pcie_replays take one value or a
+ *   comma-separated list (at most 64): successive calls return the values in turn and the last one
+ *   repeats, e.g. pcie_gen=1,5 for a link that idles at Gen1 and runs at Gen5 once loaded. Each
+ *   figure counts its own calls (both clock-event-reason calls share one count); a new nvmlInit
+ *   starts every sequence again.
  *
  * [mig]
  *   gpu_instance_id=  compute_instance_id=0  uuid=MIG-...  name=  memory_total=  memory_used=
@@ -122,6 +150,7 @@ enum {
     NVML_ERROR_NOT_FOUND = 6,
     NVML_ERROR_INSUFFICIENT_SIZE = 7,
     NVML_ERROR_DRIVER_NOT_LOADED = 9,
+    NVML_ERROR_FUNCTION_NOT_FOUND = 13,
     NVML_ERROR_GPU_IS_LOST = 15,
     NVML_ERROR_LIB_RM_VERSION_MISMATCH = 18,
     NVML_ERROR_ARGUMENT_VERSION_MISMATCH = 25,
@@ -130,6 +159,15 @@ enum {
 
 enum { NVML_CLOCK_GRAPHICS = 0, NVML_CLOCK_SM = 1, NVML_CLOCK_MEM = 2, NVML_CLOCK_VIDEO = 3 };
 enum { NVML_TEMPERATURE_GPU = 0 };
+enum {
+    NVML_TEMPERATURE_THRESHOLD_SHUTDOWN = 0,
+    NVML_TEMPERATURE_THRESHOLD_SLOWDOWN = 1,
+    NVML_TEMPERATURE_THRESHOLD_MEM_MAX = 2,
+    NVML_TEMPERATURE_THRESHOLD_GPU_MAX = 3,
+    NVML_TEMPERATURE_THRESHOLD_COUNT = 8,
+};
+enum { NVML_MEMORY_ERROR_TYPE_CORRECTED = 0, NVML_MEMORY_ERROR_TYPE_UNCORRECTED = 1 };
+enum { NVML_VOLATILE_ECC = 0, NVML_AGGREGATE_ECC = 1 };
 enum { NVML_PCIE_UTIL_TX_BYTES = 0, NVML_PCIE_UTIL_RX_BYTES = 1 };
 enum { NVML_VALUE_TYPE_UNSIGNED_INT = 1, NVML_VALUE_TYPE_UNSIGNED_LONG_LONG = 3 };
 
@@ -263,6 +301,16 @@ _Static_assert(offsetof(nvmlGpmMetricsGet_t, metrics) == 24, "nvmlGpmMetricsGet_
 #define STR_LEN 96
 #define LIST_LEN 2048
 #define VIRTUAL_EPOCH_US 1700000000000000LL /* field-value clock starts here (Nov 2023) */
+#define SEQ_MAX 64
+#define UNSET_U32 UINT_MAX   /* a key the scenario left out: finish_gpu fills in its default */
+#define UNSET_U64 ULLONG_MAX
+
+/* A figure that changes from call to call: v[0], v[1], ... on successive calls; the last repeats. */
+struct seq {
+    unsigned long long v[SEQ_MAX];
+    unsigned int n;
+    unsigned long long calls;
+};
 
 struct dev {
     /* identity */
@@ -278,17 +326,30 @@ struct dev {
     unsigned int gpu_util, mem_util;
     double sm_active, sm_occupancy;
     unsigned long long pcie_tx_bps, pcie_rx_bps;
-    unsigned int pcie_gen, pcie_gen_max, pcie_width, pcie_width_max;
+    struct seq pcie_gen, pcie_width;
+    unsigned int pcie_gen_max, pcie_width_max, pcie_gen_gpu_max;
+    struct seq pcie_replays;
+    unsigned long long pcie_replays_per_call;
     unsigned long long memory_total, memory_used, memory_reserved, bar1_total, bar1_used;
     unsigned int power_mw, power_limit_mw, enforced_power_limit_mw, temperature;
     unsigned int sm_clock, mem_clock, graphics_clock, video_clock;
     unsigned int max_sm_clock, max_mem_clock, max_graphics_clock, max_video_clock;
-    unsigned long long clock_event_reasons, ecc_errors;
+    struct seq clock_event_reasons;
+    unsigned long long ecc_errors;
+    unsigned int ecc_mode, ecc_mode_pending;
+    unsigned long long ecc_corrected_volatile, ecc_uncorrected_volatile;
+    unsigned long long ecc_corrected_aggregate, ecc_uncorrected_aggregate;
+    unsigned int remapped_rows_corrected, remapped_rows_uncorrected, remap_pending, remap_failure;
+    unsigned int retired_pages_pending;
+    unsigned int power_default_limit_mw, power_min_limit_mw, power_max_limit_mw;
+    unsigned int temperature_shutdown, temperature_slowdown, temperature_mem_max;
+    unsigned int temperature_gpu_max;
     long long fan_speed;
     unsigned int performance_state, persistence_mode, display_mode, display_active, compute_mode;
     unsigned int encoder_util, decoder_util, nvlink_links;
     long long lost_after;
-    char unsupported[LIST_LEN]; /* ",fnA,fnB," */
+    char unsupported[LIST_LEN]; /* "fnA,fnB" */
+    char missing[LIST_LEN];
     unsigned int gpu_instance_id, compute_instance_id; /* MIG devices only */
     /* state */
     struct dev *migs[MAX_MIGS_PER_GPU];
@@ -311,7 +372,7 @@ struct sys {
     char driver_version[80], nvml_version[80], init_error[32], process_utilization[32];
     long long device_count;
     unsigned int cuda_driver_version, struct_version_mismatch, pcie_throughput_delay_us;
-    char unsupported[LIST_LEN];
+    char unsupported[LIST_LEN], missing[LIST_LEN];
 };
 
 /* GPM samples are handed out as opaque pointers; we keep the list to validate them. */
@@ -337,7 +398,7 @@ static void unlock(void) { pthread_mutex_unlock(&g_lock); }
  * Scenario parsing: table-driven, so each key is one line below.
  * ========================================================================================== */
 
-enum ktype { K_STR, K_U32, K_U64, K_I64, K_DBL };
+enum ktype { K_STR, K_U32, K_U64, K_I64, K_DBL, K_SEQ };
 struct key { const char *name; enum ktype type; size_t off; size_t size; };
 
 #define KS(s, f) {#f, K_STR, offsetof(struct s, f), sizeof(((struct s *)0)->f)}
@@ -345,11 +406,13 @@ struct key { const char *name; enum ktype type; size_t off; size_t size; };
 #define KL(s, f) {#f, K_U64, offsetof(struct s, f), 0}
 #define KI(s, f) {#f, K_I64, offsetof(struct s, f), 0}
 #define KD(s, f) {#f, K_DBL, offsetof(struct s, f), 0}
+#define KQ(s, f) {#f, K_SEQ, offsetof(struct s, f), 0}
 
 static const struct key SYS_KEYS[] = {
     KS(sys, driver_version), KS(sys, nvml_version), KU(sys, cuda_driver_version),
     KI(sys, device_count), KS(sys, init_error), KS(sys, process_utilization),
     KU(sys, struct_version_mismatch), KS(sys, unsupported), KU(sys, pcie_throughput_delay_us),
+    KS(sys, missing),
     {NULL, K_STR, 0, 0},
 };
 
@@ -358,13 +421,21 @@ static const struct key GPU_KEYS[] = {
     KU(dev, pci_subsystem_id), KS(dev, architecture), KU(dev, cuda_cc), KU(dev, gpm),
     KU(dev, pcie_counters), KU(dev, pcie_throughput), KU(dev, gpu_util), KU(dev, mem_util),
     KD(dev, sm_active), KD(dev, sm_occupancy), KL(dev, pcie_tx_bps), KL(dev, pcie_rx_bps),
-    KU(dev, pcie_gen), KU(dev, pcie_gen_max), KU(dev, pcie_width), KU(dev, pcie_width_max),
+    KQ(dev, pcie_gen), KU(dev, pcie_gen_max), KQ(dev, pcie_width), KU(dev, pcie_width_max),
+    KU(dev, pcie_gen_gpu_max), KQ(dev, pcie_replays), KL(dev, pcie_replays_per_call),
     KL(dev, memory_total), KL(dev, memory_used), KL(dev, memory_reserved), KL(dev, bar1_total),
     KL(dev, bar1_used), KU(dev, power_mw), KU(dev, power_limit_mw),
     KU(dev, enforced_power_limit_mw), KU(dev, temperature), KU(dev, sm_clock),
     KU(dev, mem_clock), KU(dev, graphics_clock), KU(dev, video_clock), KU(dev, max_sm_clock),
     KU(dev, max_mem_clock), KU(dev, max_graphics_clock), KU(dev, max_video_clock),
-    KL(dev, clock_event_reasons), KL(dev, ecc_errors), KI(dev, fan_speed),
+    KQ(dev, clock_event_reasons), KL(dev, ecc_errors), KI(dev, fan_speed),
+    KU(dev, ecc_mode), KU(dev, ecc_mode_pending), KL(dev, ecc_corrected_volatile),
+    KL(dev, ecc_uncorrected_volatile), KL(dev, ecc_corrected_aggregate),
+    KL(dev, ecc_uncorrected_aggregate), KU(dev, remapped_rows_corrected),
+    KU(dev, remapped_rows_uncorrected), KU(dev, remap_pending), KU(dev, remap_failure),
+    KU(dev, retired_pages_pending), KU(dev, power_default_limit_mw), KU(dev, power_min_limit_mw),
+    KU(dev, power_max_limit_mw), KU(dev, temperature_shutdown), KU(dev, temperature_slowdown),
+    KU(dev, temperature_mem_max), KU(dev, temperature_gpu_max), KS(dev, missing),
     KU(dev, performance_state), KU(dev, persistence_mode), KU(dev, display_mode),
     KU(dev, display_active), KU(dev, compute_mode), KU(dev, encoder_util),
     KU(dev, decoder_util), KU(dev, nvlink_links), KU(dev, mig_capable), KU(dev, mig_mode),
@@ -387,6 +458,53 @@ static const struct key PROC_KEYS[] = {
 };
 
 static char g_parse_error[256];
+
+static void seq_set(struct seq *s, unsigned long long x)
+{
+    s->v[0] = x;
+    s->n = 1;
+    s->calls = 0;
+}
+
+/* The value for this call; the next call gets the next one, and the last value repeats. */
+static unsigned long long seq_next(struct seq *s)
+{
+    unsigned long long x = s->v[s->calls < s->n ? s->calls : s->n - 1];
+    s->calls++;
+    return x;
+}
+
+/* "a,b,c" into a sequence; returns 0, or -1 with g_parse_error set. */
+static int parse_seq(struct seq *s, const char *k, const char *v)
+{
+    s->n = 0;
+    s->calls = 0;
+    for (const char *p = v;;) {
+        char *end = NULL;
+        while (isspace((unsigned char)*p))
+            p++;
+        errno = 0;
+        unsigned long long x = strtoull(p, &end, 0);
+        if (s->n == SEQ_MAX) {
+            snprintf(g_parse_error, sizeof g_parse_error, "more than %d values for %s", SEQ_MAX, k);
+            return -1;
+        }
+        if (*p == '-' || errno || end == p) {
+            snprintf(g_parse_error, sizeof g_parse_error, "bad value list for %s: '%.64s'", k, v);
+            return -1;
+        }
+        s->v[s->n++] = x;
+        while (isspace((unsigned char)*end))
+            end++;
+        if (*end == '\0')
+            return 0;
+        if (*end != ',') {
+            snprintf(g_parse_error, sizeof g_parse_error, "bad value list for %s: '%.64s'", k, v);
+            return -1;
+        }
+        p = end + 1;
+    }
+}
 
 static int set_key(const struct key *keys, void *obj, const char *k, const char *v)
 {
@@ -421,6 +539,8 @@ static int set_key(const struct key *keys, void *obj, const char *k, const char 
         case K_DBL:
             *(double *)field = strtod(v, &end);
             break;
+        case K_SEQ:
+            return parse_seq((struct seq *)field, k, v);
         }
         if (errno || end == v || *end) {
             snprintf(g_parse_error, sizeof g_parse_error, "bad number for %s: '%s'", k, v);
@@ -455,8 +575,22 @@ static void gpu_defaults(struct dev *d, unsigned int index)
     d->pci_subsystem_id = 0x16C110DE;
     d->cuda_cc = 90;
     d->gpm = d->pcie_counters = d->pcie_throughput = 1;
-    d->pcie_gen = d->pcie_gen_max = 5;
-    d->pcie_width = d->pcie_width_max = 16;
+    seq_set(&d->pcie_gen, 5);
+    seq_set(&d->pcie_width, 16);
+    seq_set(&d->clock_event_reasons, 0);
+    seq_set(&d->pcie_replays, 0);
+    d->pcie_gen_max = 5;
+    d->pcie_width_max = 16;
+    d->pcie_gen_gpu_max = UNSET_U32;
+    d->ecc_mode = 1;
+    d->ecc_mode_pending = UNSET_U32;
+    d->ecc_corrected_volatile = d->ecc_uncorrected_volatile = UNSET_U64;
+    d->ecc_corrected_aggregate = d->ecc_uncorrected_aggregate = UNSET_U64;
+    d->power_default_limit_mw = d->power_min_limit_mw = d->power_max_limit_mw = UNSET_U32;
+    d->temperature_shutdown = 92;
+    d->temperature_slowdown = 89;
+    d->temperature_mem_max = 95;
+    d->temperature_gpu_max = 87;
     d->memory_total = 85520809984ULL;
     d->bar1_total = 137438953472ULL;
     d->power_limit_mw = 700000;
@@ -480,6 +614,21 @@ static int finish_gpu(struct dev *d)
         d->graphics_clock = d->sm_clock;
     if (d->max_graphics_clock == UINT_MAX)
         d->max_graphics_clock = d->max_sm_clock;
+    if (d->pcie_gen_gpu_max == UNSET_U32)
+        d->pcie_gen_gpu_max = d->pcie_gen_max;
+    if (d->ecc_mode_pending == UNSET_U32)
+        d->ecc_mode_pending = d->ecc_mode;
+    unsigned long long *ecc[] = {&d->ecc_corrected_volatile, &d->ecc_uncorrected_volatile,
+                                 &d->ecc_corrected_aggregate, &d->ecc_uncorrected_aggregate};
+    for (size_t i = 0; i < sizeof ecc / sizeof ecc[0]; i++)
+        if (*ecc[i] == UNSET_U64)
+            *ecc[i] = d->ecc_errors;
+    if (d->power_default_limit_mw == UNSET_U32)
+        d->power_default_limit_mw = d->power_limit_mw;
+    if (d->power_min_limit_mw == UNSET_U32)
+        d->power_min_limit_mw = d->power_default_limit_mw / 4;
+    if (d->power_max_limit_mw == UNSET_U32)
+        d->power_max_limit_mw = d->power_default_limit_mw;
     if (d->memory_used > d->memory_total || d->memory_reserved > d->memory_used) {
         snprintf(g_parse_error, sizeof g_parse_error,
                  "GPU %u: need memory_reserved <= memory_used <= memory_total", d->index);
@@ -680,6 +829,8 @@ static nvmlReturn_t enter_device(const char *fn, nvmlDevice_t h, const void *out
         return NVML_ERROR_INVALID_ARGUMENT;
     if (physical(d)->lost)
         return NVML_ERROR_GPU_IS_LOST;
+    if (in_list(g_sys.missing, fn) || in_list(physical(d)->missing, fn))
+        return NVML_ERROR_FUNCTION_NOT_FOUND;
     if (in_list(g_sys.unsupported, fn) || in_list(physical(d)->unsupported, fn))
         return NVML_ERROR_NOT_SUPPORTED;
     *dp = d;
@@ -692,6 +843,8 @@ static nvmlReturn_t enter_system(const char *fn, const void *out)
         return NVML_ERROR_UNINITIALIZED;
     if (!out)
         return NVML_ERROR_INVALID_ARGUMENT;
+    if (in_list(g_sys.missing, fn))
+        return NVML_ERROR_FUNCTION_NOT_FOUND;
     if (in_list(g_sys.unsupported, fn))
         return NVML_ERROR_NOT_SUPPORTED;
     return NVML_SUCCESS;
@@ -1053,6 +1206,45 @@ API nvmlReturn_t nvmlDeviceGetPowerManagementLimit(nvmlDevice_t device, unsigned
     RETURN(NVML_SUCCESS);
 }
 
+API nvmlReturn_t nvmlDeviceGetPowerManagementDefaultLimit(nvmlDevice_t device, unsigned int *limit)
+{
+    BEGIN_DEVICE(device, limit);
+    PHYSICAL_ONLY();
+    *limit = d->power_default_limit_mw;
+    RETURN(NVML_SUCCESS);
+}
+
+API nvmlReturn_t nvmlDeviceGetPowerManagementLimitConstraints(nvmlDevice_t device,
+                                                              unsigned int *minLimit,
+                                                              unsigned int *maxLimit)
+{
+    BEGIN_DEVICE(device, minLimit);
+    PHYSICAL_ONLY();
+    if (!maxLimit)
+        RETURN(NVML_ERROR_INVALID_ARGUMENT);
+    *minLimit = d->power_min_limit_mw;
+    *maxLimit = d->power_max_limit_mw;
+    RETURN(NVML_SUCCESS);
+}
+
+API nvmlReturn_t nvmlDeviceGetTemperatureThreshold(nvmlDevice_t device, int thresholdType,
+                                                   unsigned int *temp)
+{
+    BEGIN_DEVICE(device, temp);
+    PHYSICAL_ONLY();
+    switch (thresholdType) {
+    case NVML_TEMPERATURE_THRESHOLD_SHUTDOWN: *temp = d->temperature_shutdown; break;
+    case NVML_TEMPERATURE_THRESHOLD_SLOWDOWN: *temp = d->temperature_slowdown; break;
+    case NVML_TEMPERATURE_THRESHOLD_MEM_MAX: *temp = d->temperature_mem_max; break;
+    case NVML_TEMPERATURE_THRESHOLD_GPU_MAX: *temp = d->temperature_gpu_max; break;
+    default:
+        RETURN(thresholdType < 0 || thresholdType >= NVML_TEMPERATURE_THRESHOLD_COUNT
+                   ? NVML_ERROR_INVALID_ARGUMENT
+                   : NVML_ERROR_NOT_SUPPORTED); /* acoustic and GPS thresholds: not on this box */
+    }
+    RETURN(NVML_SUCCESS);
+}
+
 API nvmlReturn_t nvmlDeviceGetTemperature(nvmlDevice_t device, int sensorType, unsigned int *temp)
 {
     BEGIN_DEVICE(device, temp);
@@ -1106,7 +1298,7 @@ API nvmlReturn_t nvmlDeviceGetCurrentClocksEventReasons(nvmlDevice_t device,
 {
     BEGIN_DEVICE(device, reasons);
     PHYSICAL_ONLY();
-    *reasons = d->clock_event_reasons;
+    *reasons = seq_next(&d->clock_event_reasons);
     RETURN(NVML_SUCCESS);
 }
 #endif
@@ -1116,7 +1308,7 @@ API nvmlReturn_t nvmlDeviceGetCurrentClocksThrottleReasons(nvmlDevice_t device,
 {
     BEGIN_DEVICE(device, reasons);
     PHYSICAL_ONLY();
-    *reasons = d->clock_event_reasons;
+    *reasons = seq_next(&d->clock_event_reasons);
     RETURN(NVML_SUCCESS);
 }
 
@@ -1164,7 +1356,61 @@ API nvmlReturn_t nvmlDeviceGetTotalEccErrors(nvmlDevice_t device, int errorType,
     PHYSICAL_ONLY();
     if (errorType < 0 || errorType > 1 || counterType < 0 || counterType > 1)
         RETURN(NVML_ERROR_INVALID_ARGUMENT);
-    *eccCounts = d->ecc_errors;
+    if (!d->ecc_mode)
+        RETURN(NVML_ERROR_NOT_SUPPORTED); /* the counts need ECC on */
+    int corrected = errorType == NVML_MEMORY_ERROR_TYPE_CORRECTED;
+    if (counterType == NVML_VOLATILE_ECC)
+        *eccCounts = corrected ? d->ecc_corrected_volatile : d->ecc_uncorrected_volatile;
+    else
+        *eccCounts = corrected ? d->ecc_corrected_aggregate : d->ecc_uncorrected_aggregate;
+    RETURN(NVML_SUCCESS);
+}
+
+API nvmlReturn_t nvmlDeviceGetEccMode(nvmlDevice_t device, unsigned int *current,
+                                      unsigned int *pending)
+{
+    BEGIN_DEVICE(device, current);
+    PHYSICAL_ONLY();
+    if (!pending)
+        RETURN(NVML_ERROR_INVALID_ARGUMENT);
+    *current = d->ecc_mode;
+    *pending = d->ecc_mode_pending;
+    RETURN(NVML_SUCCESS);
+}
+
+#define ARCH_AMPERE 7u /* NVML_DEVICE_ARCH_AMPERE: row remapping replaces page retirement */
+
+static int remaps_rows(const struct dev *d)
+{
+    unsigned int arch = arch_code(d->architecture);
+    return arch != 0xFFFFFFFFu && arch >= ARCH_AMPERE;
+}
+
+API nvmlReturn_t nvmlDeviceGetRemappedRows(nvmlDevice_t device, unsigned int *corrRows,
+                                           unsigned int *uncRows, unsigned int *isPending,
+                                           unsigned int *failureOccurred)
+{
+    BEGIN_DEVICE(device, corrRows);
+    PHYSICAL_ONLY();
+    if (!uncRows || !isPending || !failureOccurred)
+        RETURN(NVML_ERROR_INVALID_ARGUMENT);
+    if (!remaps_rows(d))
+        RETURN(NVML_ERROR_NOT_SUPPORTED);
+    *corrRows = d->remapped_rows_corrected;
+    *uncRows = d->remapped_rows_uncorrected;
+    *isPending = d->remap_pending;
+    *failureOccurred = d->remap_failure;
+    RETURN(NVML_SUCCESS);
+}
+
+API nvmlReturn_t nvmlDeviceGetRetiredPagesPendingStatus(nvmlDevice_t device,
+                                                        unsigned int *isPending)
+{
+    BEGIN_DEVICE(device, isPending);
+    PHYSICAL_ONLY();
+    if (remaps_rows(d))
+        RETURN(NVML_ERROR_NOT_SUPPORTED);
+    *isPending = d->retired_pages_pending;
     RETURN(NVML_SUCCESS);
 }
 
@@ -1196,10 +1442,32 @@ API nvmlReturn_t nvmlDeviceGetDecoderUtilization(nvmlDevice_t device, unsigned i
  * PCIe
  * ========================================================================================== */
 
-UINT_GETTER(nvmlDeviceGetCurrPcieLinkGeneration, pcie_gen)
+/* Figures that may change from call to call (struct seq). */
+#define SEQ_GETTER(fn, field)                                                                  \
+    API nvmlReturn_t fn(nvmlDevice_t device, unsigned int *out)                                \
+    {                                                                                          \
+        BEGIN_DEVICE(device, out);                                                             \
+        PHYSICAL_ONLY();                                                                       \
+        *out = (unsigned int)seq_next(&d->field);                                              \
+        RETURN(NVML_SUCCESS);                                                                  \
+    }
+SEQ_GETTER(nvmlDeviceGetCurrPcieLinkGeneration, pcie_gen)
+SEQ_GETTER(nvmlDeviceGetCurrPcieLinkWidth, pcie_width)
+/* What the GPU and the system allow together; nvmlDeviceGetGpuMaxPcieLinkGeneration: the GPU alone. */
 UINT_GETTER(nvmlDeviceGetMaxPcieLinkGeneration, pcie_gen_max)
-UINT_GETTER(nvmlDeviceGetCurrPcieLinkWidth, pcie_width)
 UINT_GETTER(nvmlDeviceGetMaxPcieLinkWidth, pcie_width_max)
+UINT_GETTER(nvmlDeviceGetGpuMaxPcieLinkGeneration, pcie_gen_gpu_max)
+
+/* Grows by pcie_replays_per_call on every call, to script replays during a benchmark. */
+API nvmlReturn_t nvmlDeviceGetPcieReplayCounter(nvmlDevice_t device, unsigned int *value)
+{
+    BEGIN_DEVICE(device, value);
+    PHYSICAL_ONLY();
+    unsigned long long earlier = d->pcie_replays.calls;
+    unsigned long long base = seq_next(&d->pcie_replays);
+    *value = (unsigned int)(base + d->pcie_replays_per_call * earlier);
+    RETURN(NVML_SUCCESS);
+}
 
 /* Returns KB/s (1 KB = 1024 bytes) over the last ~20 ms, as the driver does. */
 API nvmlReturn_t nvmlDeviceGetPcieThroughput(nvmlDevice_t device, int counter, unsigned int *value)

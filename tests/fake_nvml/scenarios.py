@@ -4,6 +4,10 @@ that fake_nvml.c reads at nvmlInit (its header documents every key).
 Every figure in the named scenarios is distinct and easy to assert: GPU i of hopper8() has
 gpu_util 60+i, temperature 40+i, PCIe TX (1000+100*i) MiB/s, and so on. PCIe rates are whole MiB/s
 (hence whole KiB/s) so the GPM, field-counter and throughput paths all give the exact same rate.
+
+The doctor's scenarios (healthy, downtrained_link, ...) script the link and the clock event reasons
+as sequences: the first read sees the GPU at rest, every later read sees it under load, as when the
+doctor reads the facts first and then samples while a benchmark runs.
 """
 
 from __future__ import annotations
@@ -79,10 +83,15 @@ class FakeGpu:
     sm_occupancy: float = 0.0
     pcie_tx_bps: int = 0
     pcie_rx_bps: int = 0
-    pcie_gen: int = 5
-    pcie_gen_max: int = 5
-    pcie_width: int = 16
+    # pcie_gen, pcie_width, clock_event_reasons and pcie_replays also take a list: successive
+    # NVML calls return its values in turn, the last one repeating
+    pcie_gen: int | list[int] = 5
+    pcie_gen_max: int = 5  # what the GPU and the slot allow together
+    pcie_width: int | list[int] = 16
     pcie_width_max: int = 16
+    pcie_gen_gpu_max: int | None = None  # what the GPU alone allows; None: pcie_gen_max
+    pcie_replays: int | list[int] = 0
+    pcie_replays_per_call: int = 0  # added to the replay counter for every earlier read
     memory_total: int = H100_MEMORY
     memory_used: int = 0
     memory_reserved: int = 0
@@ -100,14 +109,32 @@ class FakeGpu:
     max_mem_clock: int = 2619
     max_graphics_clock: int | None = None  # None: max_sm_clock
     max_video_clock: int = 1545
-    clock_event_reasons: int = 0
+    clock_event_reasons: int | list[int] = 0
     fan_speed: int | None = None  # None: no fan (NOT_SUPPORTED)
     performance_state: int = 0
     persistence_mode: int = 1
     display_mode: int = 0
     display_active: int = 0
     compute_mode: int = 0
-    ecc_errors: int = 0
+    ecc_errors: int = 0  # every ECC count below that is None
+    ecc_mode: bool = True
+    ecc_mode_pending: bool | None = None  # None: ecc_mode
+    ecc_corrected_volatile: int | None = None
+    ecc_uncorrected_volatile: int | None = None
+    ecc_corrected_aggregate: int | None = None
+    ecc_uncorrected_aggregate: int | None = None
+    remapped_rows_corrected: int = 0  # Ampere and newer
+    remapped_rows_uncorrected: int = 0
+    remap_pending: bool = False
+    remap_failure: bool = False
+    retired_pages_pending: bool = False  # before Ampere
+    power_default_limit_mw: int | None = None  # None: power_limit_mw
+    power_min_limit_mw: int | None = None  # None: a quarter of the default limit
+    power_max_limit_mw: int | None = None  # None: the default limit
+    temperature_shutdown: int = 92
+    temperature_slowdown: int = 89
+    temperature_mem_max: int = 95
+    temperature_gpu_max: int = 87
     encoder_util: int = 0
     decoder_util: int = 0
     nvlink_links: int = 0
@@ -116,6 +143,7 @@ class FakeGpu:
     max_mig_devices: int = 7
     lost_after: int | None = None  # lost after this many nvmlDeviceGetUtilizationRates calls
     unsupported: list[str] = field(default_factory=list)  # NVML functions NOT_SUPPORTED here
+    missing: list[str] = field(default_factory=list)  # NVML functions answering FUNCTION_NOT_FOUND
     migs: list[FakeMig] = field(default_factory=list)
     processes: list[FakeProcess] = field(default_factory=list)
 
@@ -130,6 +158,7 @@ class FakeBox:
     process_utilization: str = "ok"  # "ok", "no_permission" or "not_supported"
     struct_version_mismatch: bool = False
     unsupported: list[str] = field(default_factory=list)
+    missing: list[str] = field(default_factory=list)  # as a driver older than these functions
     pcie_throughput_delay_us: int = 0
     library_variant: str = "full"  # which build of the library the scenario is meant for
 
@@ -153,6 +182,8 @@ class FakeBox:
             lines.append(f"init_error={self.init_error}")
         if self.unsupported:
             lines.append(f"unsupported={','.join(self.unsupported)}")
+        if self.missing:
+            lines.append(f"missing={','.join(self.missing)}")
         for gpu in self.gpus:
             lines.append("")
             lines.append("[gpu]")
@@ -191,17 +222,21 @@ def _fields(obj: object, skip: frozenset[str] | set[str] = frozenset()) -> list[
             continue  # the library's default applies
         if isinstance(value, bool):
             value = int(value)
-        elif f.name in _HEX_FIELDS:
-            value = f"{value:#x}"
         elif isinstance(value, list):
             if not value:
                 continue
-            value = ",".join(value)
+            value = ",".join(_number(f.name, v) if isinstance(v, int) else v for v in value)
+        elif f.name in _HEX_FIELDS:
+            value = f"{value:#x}"
         text = str(value)
         if "\n" in text:
             raise ValueError(f"{f.name}={text!r} cannot be written to a scenario file")
         out.append(f"{f.name}={text}")
     return out
+
+
+def _number(name: str, value: int) -> str:
+    return f"{value:#x}" if name in _HEX_FIELDS else str(value)
 
 
 # -- named scenarios ------------------------------------------------------------------------
@@ -446,12 +481,139 @@ def mig(processes_per_instance: int = 2) -> FakeBox:
     return FakeBox(gpus=[gpu])
 
 
+# -- the doctor's scenarios: a healthy box, and the same box with one thing wrong -------------
+
+
+def rested_h100(i: int) -> FakeGpu:
+    """GPU i of a healthy Hopper box as the doctor reads it. At the first read it rests: the link
+    idles at Gen1 x16 to save power and the clocks say gpu_idle. From the second read on it is
+    loaded: Gen5 x16, no clock event. ECC on without errors, default power limit, cool."""
+    return dataclasses.replace(
+        h100(i),
+        pcie_gen=[1, 5],
+        pcie_width=16,
+        clock_event_reasons=[GPU_IDLE, 0],
+        enforced_power_limit_mw=None,
+        temperature=34 + i,
+        gpu_util=100,
+    )
+
+
+def healthy(gpus: int = 2) -> FakeBox:
+    """Nothing for the doctor to find."""
+    devs = [rested_h100(i) for i in range(gpus)]
+    _spread(devs, 2 * gpus)
+    return FakeBox(gpus=devs)
+
+
+def downtrained_link() -> FakeBox:
+    """GPU 1 of two Gen5 x16 H100s idles at Gen1 and stays at Gen4 x8 under load (a link that trained
+    down: a badly seated card or riser), and its PCIe replay counter grows 40 on every read."""
+    box = healthy(2)
+    gpu = box.gpus[1]
+    gpu.pcie_gen, gpu.pcie_width = [1, 4], 8
+    gpu.pcie_replays, gpu.pcie_replays_per_call = 7, 40
+    return box
+
+
+def slot_limited() -> FakeBox:
+    """A Gen5 H100 in a Gen4 x16 slot: NVML's maximum with the system is Gen4, the GPU's own Gen5;
+    the link idles at Gen1 and reaches Gen4 x16 under load."""
+    box = healthy(1)
+    gpu = box.gpus[0]
+    gpu.pcie_gen, gpu.pcie_gen_max, gpu.pcie_gen_gpu_max = [1, 4], 4, 5
+    return box
+
+
+def throttling() -> FakeBox:
+    """Three H100s whose clocks are held back under load: GPU 0 by HW slowdown and HW thermal
+    slowdown, GPU 1 by the power brake, GPU 2 by the software power cap (at 100% busy)."""
+    box = healthy(3)
+    loaded = (HW_SLOWDOWN | HW_THERMAL_SLOWDOWN, HW_POWER_BRAKE_SLOWDOWN, SW_POWER_CAP)
+    for gpu, reasons in zip(box.gpus, loaded, strict=True):
+        gpu.clock_event_reasons = [GPU_IDLE, reasons]
+    return box
+
+
+def v100(i: int) -> FakeGpu:
+    """A Volta GPU (before Ampere): retired pages instead of remapped rows, Gen3, no GPM."""
+    return FakeGpu(
+        name="Tesla V100-SXM2-32GB",
+        uuid=f"GPU-0100{i:04x}-aaaa-4bbb-8ccc-{0xDDDD00000000 + i:012x}",
+        serial=f"03231000{i:05d}",
+        pci_bus_id=f"00000000:{0x86 + i:02X}:00.0",
+        pci_device_id=0x1DB510DE,
+        pci_subsystem_id=0x124A10DE,
+        architecture="volta",
+        cuda_cc=70,
+        gpm=False,
+        pcie_counters=False,
+        pcie_gen=[1, 3],
+        pcie_gen_max=3,
+        memory_total=32768 * MIB,
+        power_mw=45_000,
+        power_limit_mw=300_000,
+        temperature=41 + i,
+        temperature_slowdown=87,
+        sm_clock=1530,
+        max_sm_clock=1530,
+        mem_clock=877,
+        max_mem_clock=877,
+        video_clock=1372,
+        max_video_clock=1372,
+        clock_event_reasons=[GPU_IDLE, 0],
+        gpu_util=100,
+        nvlink_links=6,
+    )
+
+
+def ecc_errors() -> FakeBox:
+    """GPU 0, an H100, hit 2 uncorrected ECC errors since the driver loaded and a row remap waits
+    for a GPU reset; GPU 1, a V100, has 1500 corrected errors since the driver loaded and a page
+    retirement waiting for a reboot."""
+    gpus = [rested_h100(0), v100(1)]
+    h, v = gpus
+    h.ecc_uncorrected_volatile, h.ecc_corrected_volatile = 2, 5
+    h.ecc_uncorrected_aggregate, h.ecc_corrected_aggregate = 2, 1200
+    h.remapped_rows_uncorrected, h.remap_pending = 1, True
+    v.ecc_corrected_volatile, v.ecc_uncorrected_volatile = 1500, 0
+    v.ecc_corrected_aggregate, v.ecc_uncorrected_aggregate = 1500, 0
+    v.retired_pages_pending = True
+    _spread(gpus, 2)
+    return FakeBox(gpus=gpus)
+
+
+def persistence_off() -> FakeBox:
+    """The healthy box with persistence mode off on every GPU."""
+    box = healthy(2)
+    for gpu in box.gpus:
+        gpu.persistence_mode = 0
+    return box
+
+
+def low_power_limit() -> FakeBox:
+    """GPU 0's power limit set to 350 W of its default 700 W (max 700 W)."""
+    box = healthy(2)
+    box.gpus[0].power_limit_mw, box.gpus[0].power_default_limit_mw = 350_000, 700_000
+    return box
+
+
+def hot_gpu() -> FakeBox:
+    """GPU 0 at 85 C and GPU 1 at 90 C, both with the slowdown threshold at 89 C."""
+    box = healthy(2)
+    box.gpus[0].temperature, box.gpus[1].temperature = 85, 90
+    return box
+
+
 def with_pids(box: FakeBox, pids: list[int]) -> FakeBox:
     """A copy of `box` whose processes (in GPU order) take the given pids, e.g. real sleeping
     processes for benchmarks; there must be at least as many pids as processes."""
-    out = dataclasses.replace(box, gpus=[], unsupported=list(box.unsupported))
+    out = dataclasses.replace(box, gpus=[], unsupported=list(box.unsupported), missing=list(box.missing))
     out.gpus = [
-        dataclasses.replace(g, processes=[], migs=list(g.migs), unsupported=list(g.unsupported)) for g in box.gpus
+        dataclasses.replace(
+            g, processes=[], migs=list(g.migs), unsupported=list(g.unsupported), missing=list(g.missing)
+        )
+        for g in box.gpus
     ]
     pid_iter = iter(pids)
     for src, dst in zip(box.gpus, out.gpus, strict=True):
@@ -471,4 +633,12 @@ SCENARIOS = {
     "old_driver": old_driver,
     "version_mismatch": version_mismatch,
     "mig": mig,
+    "healthy": healthy,
+    "downtrained_link": downtrained_link,
+    "slot_limited": slot_limited,
+    "throttling": throttling,
+    "ecc_errors": ecc_errors,
+    "persistence_off": persistence_off,
+    "low_power_limit": low_power_limit,
+    "hot_gpu": hot_gpu,
 }

@@ -825,3 +825,263 @@ def test_nvitop_live_monitor_refreshes_without_crashing(tmp_path: Path) -> None:
     assert "Traceback" not in screen
     assert "H100 80GB HBM3" in screen
     assert str(box.processes[0].pid) in screen  # the top of the process list
+
+
+# -- what the doctor reads: health figures, sequences, missing functions --------------------
+
+DOCTOR_FUNCTIONS = (
+    "nvmlDeviceGetPersistenceMode",
+    "nvmlDeviceGetEccMode",
+    "nvmlDeviceGetTotalEccErrors",
+    "nvmlDeviceGetRemappedRows",
+    "nvmlDeviceGetRetiredPagesPendingStatus",
+    "nvmlDeviceGetPowerManagementDefaultLimit",
+    "nvmlDeviceGetPowerManagementLimitConstraints",
+    "nvmlDeviceGetTemperatureThreshold",
+    "nvmlDeviceGetGpuMaxPcieLinkGeneration",
+    "nvmlDeviceGetPcieReplayCounter",
+)
+
+
+@pytest.mark.parametrize("variant", ["full", "old_driver"])
+def test_both_builds_export_what_the_doctor_reads(variant: str) -> None:
+    lib = ctypes.CDLL(str(library_path(variant)))
+    assert [name for name in DOCTOR_FUNCTIONS if not hasattr(lib, name)] == []
+
+
+def ecc_counts(n: Any, h: Any) -> dict[tuple[str, str], int]:
+    kinds = {"corrected": n.NVML_MEMORY_ERROR_TYPE_CORRECTED, "uncorrected": n.NVML_MEMORY_ERROR_TYPE_UNCORRECTED}
+    counters = {"volatile": n.NVML_VOLATILE_ECC, "aggregate": n.NVML_AGGREGATE_ECC}
+    return {
+        (kind, counter): n.nvmlDeviceGetTotalEccErrors(h, k, c)
+        for kind, k in kinds.items()
+        for counter, c in counters.items()
+    }
+
+
+def test_health_figures_round_trip(nvml: Callable[..., Any]) -> None:
+    gpu = FakeGpu(
+        ecc_mode=True,
+        ecc_mode_pending=False,
+        ecc_corrected_volatile=11,
+        ecc_uncorrected_volatile=3,
+        ecc_corrected_aggregate=1234,
+        ecc_uncorrected_aggregate=5,
+        remapped_rows_corrected=6,
+        remapped_rows_uncorrected=2,
+        remap_pending=True,
+        remap_failure=False,
+        power_limit_mw=400_000,
+        power_default_limit_mw=700_000,
+        power_min_limit_mw=200_000,
+        power_max_limit_mw=750_000,
+        temperature_shutdown=93,
+        temperature_slowdown=88,
+        temperature_mem_max=96,
+        temperature_gpu_max=86,
+        pcie_gen_max=4,
+        pcie_gen_gpu_max=5,
+        persistence_mode=0,
+    )
+    n = nvml(FakeBox(gpus=[gpu]))
+    h = n.nvmlDeviceGetHandleByIndex(0)
+    assert n.nvmlDeviceGetPersistenceMode(h) == 0
+    assert n.nvmlDeviceGetEccMode(h) == [1, 0]
+    assert ecc_counts(n, h) == {
+        ("corrected", "volatile"): 11,
+        ("corrected", "aggregate"): 1234,
+        ("uncorrected", "volatile"): 3,
+        ("uncorrected", "aggregate"): 5,
+    }
+    assert n.nvmlDeviceGetRemappedRows(h) == (6, 2, 1, 0)
+    with pytest.raises(n.NVMLError_NotSupported):
+        n.nvmlDeviceGetRetiredPagesPendingStatus(h)  # Hopper remaps rows instead
+    assert n.nvmlDeviceGetPowerManagementLimit(h) == 400_000
+    assert n.nvmlDeviceGetEnforcedPowerLimit(h) == 400_000
+    assert n.nvmlDeviceGetPowerManagementDefaultLimit(h) == 700_000
+    assert n.nvmlDeviceGetPowerManagementLimitConstraints(h) == [200_000, 750_000]
+    thresholds = {
+        n.NVML_TEMPERATURE_THRESHOLD_SHUTDOWN: 93,
+        n.NVML_TEMPERATURE_THRESHOLD_SLOWDOWN: 88,
+        n.NVML_TEMPERATURE_THRESHOLD_MEM_MAX: 96,
+        n.NVML_TEMPERATURE_THRESHOLD_GPU_MAX: 86,
+    }
+    for kind, value in thresholds.items():
+        assert n.nvmlDeviceGetTemperatureThreshold(h, kind) == value
+    with pytest.raises(n.NVMLError_NotSupported):
+        n.nvmlDeviceGetTemperatureThreshold(h, n.NVML_TEMPERATURE_THRESHOLD_ACOUSTIC_MIN)
+    with pytest.raises(n.NVMLError_InvalidArgument):
+        n.nvmlDeviceGetTemperatureThreshold(h, n.NVML_TEMPERATURE_THRESHOLD_COUNT)
+    assert n.nvmlDeviceGetMaxPcieLinkGeneration(h) == 4  # the GPU and the slot together
+    assert n.nvmlDeviceGetGpuMaxPcieLinkGeneration(h) == 5  # the GPU alone
+    assert n.nvmlDeviceGetPcieReplayCounter(h) == 0
+
+
+def test_health_defaults(nvml: Callable[..., Any]) -> None:
+    n = nvml(FakeBox(gpus=[FakeGpu(ecc_errors=4, power_limit_mw=600_000)]))
+    h = n.nvmlDeviceGetHandleByIndex(0)
+    assert n.nvmlDeviceGetEccMode(h) == [1, 1]
+    assert set(ecc_counts(n, h).values()) == {4}  # the older key still sets every count
+    assert n.nvmlDeviceGetRemappedRows(h) == (0, 0, 0, 0)
+    assert n.nvmlDeviceGetPowerManagementDefaultLimit(h) == 600_000
+    assert n.nvmlDeviceGetPowerManagementLimitConstraints(h) == [150_000, 600_000]
+    assert n.nvmlDeviceGetTemperatureThreshold(h, n.NVML_TEMPERATURE_THRESHOLD_SLOWDOWN) == 89
+    assert n.nvmlDeviceGetGpuMaxPcieLinkGeneration(h) == n.nvmlDeviceGetMaxPcieLinkGeneration(h) == 5
+
+
+def test_ecc_off_has_no_counts(nvml: Callable[..., Any]) -> None:
+    n = nvml(FakeBox(gpus=[FakeGpu(ecc_mode=False, ecc_mode_pending=True)]))
+    h = n.nvmlDeviceGetHandleByIndex(0)
+    assert n.nvmlDeviceGetEccMode(h) == [0, 1]
+    with pytest.raises(n.NVMLError_NotSupported):
+        n.nvmlDeviceGetTotalEccErrors(h, n.NVML_MEMORY_ERROR_TYPE_UNCORRECTED, n.NVML_VOLATILE_ECC)
+
+
+def test_pages_are_retired_before_ampere_and_rows_remapped_after(nvml: Callable[..., Any]) -> None:
+    box = FakeBox(gpus=[FakeGpu(architecture="volta", retired_pages_pending=True), FakeGpu(architecture="ampere")])
+    n = nvml(box)
+    volta, ampere = n.nvmlDeviceGetHandleByIndex(0), n.nvmlDeviceGetHandleByIndex(1)
+    assert n.nvmlDeviceGetRetiredPagesPendingStatus(volta) == 1
+    with pytest.raises(n.NVMLError_NotSupported):
+        n.nvmlDeviceGetRemappedRows(volta)
+    assert n.nvmlDeviceGetRemappedRows(ampere) == (0, 0, 0, 0)
+    with pytest.raises(n.NVMLError_NotSupported):
+        n.nvmlDeviceGetRetiredPagesPendingStatus(ampere)
+
+
+def test_sequences_advance_per_call_and_the_last_value_repeats(nvml: Callable[..., Any]) -> None:
+    gpu = FakeGpu(
+        pcie_gen=[1, 4, 5],
+        pcie_width=[16, 8],
+        clock_event_reasons=[scenarios.GPU_IDLE, scenarios.HW_SLOWDOWN, 0],
+        pcie_replays=[0, 10],
+        pcie_replays_per_call=3,
+    )
+    n = nvml(FakeBox(gpus=[gpu]))
+    h = n.nvmlDeviceGetHandleByIndex(0)
+    assert [n.nvmlDeviceGetCurrPcieLinkGeneration(h) for _ in range(5)] == [1, 4, 5, 5, 5]
+    assert [n.nvmlDeviceGetCurrPcieLinkWidth(h) for _ in range(3)] == [16, 8, 8]  # its own count
+    # both names of the clock event call read one sequence
+    assert n.nvmlDeviceGetCurrentClocksEventReasons(h) == scenarios.GPU_IDLE
+    assert n.nvmlDeviceGetCurrentClocksThrottleReasons(h) == scenarios.HW_SLOWDOWN
+    assert [n.nvmlDeviceGetCurrentClocksEventReasons(h) for _ in range(2)] == [0, 0]
+    # value for this call, plus 3 for each earlier call
+    assert [n.nvmlDeviceGetPcieReplayCounter(h) for _ in range(4)] == [0, 13, 16, 19]
+    assert n.nvmlDeviceGetMaxPcieLinkGeneration(h) == 5  # plain figures do not move
+    n.nvmlShutdown()
+    n.nvmlInit()  # a new init starts every sequence again
+    h = n.nvmlDeviceGetHandleByIndex(0)
+    assert n.nvmlDeviceGetCurrPcieLinkGeneration(h) == 1
+    assert n.nvmlDeviceGetPcieReplayCounter(h) == 0
+
+
+def test_sequences_are_per_gpu(nvml: Callable[..., Any]) -> None:
+    n = nvml(scenarios.downtrained_link())
+    h0, h1 = n.nvmlDeviceGetHandleByIndex(0), n.nvmlDeviceGetHandleByIndex(1)
+    assert n.nvmlDeviceGetCurrPcieLinkGeneration(h0) == 1
+    assert n.nvmlDeviceGetCurrPcieLinkGeneration(h1) == 1
+    assert n.nvmlDeviceGetCurrPcieLinkGeneration(h0) == 5
+    assert n.nvmlDeviceGetCurrPcieLinkGeneration(h1) == 4
+
+
+@pytest.mark.parametrize(
+    ("line", "message"),
+    [
+        ("pcie_gen=1,,5", "bad value list for pcie_gen"),
+        ("pcie_gen=1;5", "bad value list for pcie_gen"),
+        ("clock_event_reasons=0x1,-2", "bad value list for clock_event_reasons"),
+        ("pcie_width=" + ",".join(["16"] * 65), "more than 64 values for pcie_width"),
+    ],
+)
+def test_a_bad_sequence_fails_init_with_a_message(tmp_path: Path, line: str, message: str) -> None:
+    bad = tmp_path / "bad.txt"
+    bad.write_text(f"[gpu]\nname=x\n{line}\n")
+    code = "import pynvml\ntry:\n    pynvml.nvmlInit()\nexcept pynvml.NVMLError_Unknown:\n    print('unknown')\n"
+    proc = subprocess.run(
+        [sys.executable, "-c", code], env=fake_nvml_env(bad), capture_output=True, text=True, timeout=60, check=False
+    )
+    assert proc.stdout.strip() == "unknown"
+    assert f"line 3: {message}" in proc.stderr
+
+
+def test_missing_functions_answer_function_not_found(nvml: Callable[..., Any]) -> None:
+    box = scenarios.healthy(2)
+    box.missing = ["nvmlDeviceGetRemappedRows", "nvmlSystemGetCudaDriverVersion"]
+    box.gpus[1].missing = ["nvmlDeviceGetGpuMaxPcieLinkGeneration"]
+    box.gpus[1].unsupported = ["nvmlDeviceGetGpuMaxPcieLinkGeneration"]  # missing wins
+    n = nvml(box)
+    h0, h1 = n.nvmlDeviceGetHandleByIndex(0), n.nvmlDeviceGetHandleByIndex(1)
+    with pytest.raises(n.NVMLError_FunctionNotFound):
+        n.nvmlSystemGetCudaDriverVersion()
+    for h in (h0, h1):
+        with pytest.raises(n.NVMLError_FunctionNotFound):
+            n.nvmlDeviceGetRemappedRows(h)
+    assert n.nvmlDeviceGetGpuMaxPcieLinkGeneration(h0) == 5
+    with pytest.raises(n.NVMLError_FunctionNotFound):
+        n.nvmlDeviceGetGpuMaxPcieLinkGeneration(h1)
+    assert n.nvmlSystemGetDriverVersion() == "550.54.15"
+
+
+def first_then_loaded(n: Any, h: Any) -> tuple[tuple[int, int, int], tuple[int, int, int]]:
+    """(gen, width, clock event reasons) at the first read, then at the second."""
+
+    def read() -> tuple[int, int, int]:
+        gen, width = n.nvmlDeviceGetCurrPcieLinkGeneration(h), n.nvmlDeviceGetCurrPcieLinkWidth(h)
+        return gen, width, n.nvmlDeviceGetCurrentClocksEventReasons(h)
+
+    return read(), read()
+
+
+def test_doctor_scenarios(nvml: Callable[..., Any]) -> None:
+    rest = (1, 16, scenarios.GPU_IDLE)
+    n = nvml(scenarios.healthy(2))
+    for i in range(2):
+        h = n.nvmlDeviceGetHandleByIndex(i)
+        assert first_then_loaded(n, h) == (rest, (5, 16, 0))
+        assert n.nvmlDeviceGetPersistenceMode(h) == 1
+        assert n.nvmlDeviceGetEccMode(h) == [1, 1]
+        assert n.nvmlDeviceGetPcieReplayCounter(h) == n.nvmlDeviceGetPcieReplayCounter(h) == 0
+    n.nvmlShutdown()
+
+    n = nvml(scenarios.downtrained_link())
+    h = n.nvmlDeviceGetHandleByIndex(1)
+    assert first_then_loaded(n, h) == ((1, 8, scenarios.GPU_IDLE), (4, 8, 0))
+    assert [n.nvmlDeviceGetPcieReplayCounter(h) for _ in range(3)] == [7, 47, 87]
+    n.nvmlShutdown()
+
+    n = nvml(scenarios.slot_limited())
+    h = n.nvmlDeviceGetHandleByIndex(0)
+    assert first_then_loaded(n, h) == (rest, (4, 16, 0))
+    assert (n.nvmlDeviceGetMaxPcieLinkGeneration(h), n.nvmlDeviceGetGpuMaxPcieLinkGeneration(h)) == (4, 5)
+    n.nvmlShutdown()
+
+    n = nvml(scenarios.throttling())
+    loaded = [first_then_loaded(n, n.nvmlDeviceGetHandleByIndex(i))[1][2] for i in range(3)]
+    assert loaded == [
+        scenarios.HW_SLOWDOWN | scenarios.HW_THERMAL_SLOWDOWN,
+        scenarios.HW_POWER_BRAKE_SLOWDOWN,
+        scenarios.SW_POWER_CAP,
+    ]
+    n.nvmlShutdown()
+
+    n = nvml(scenarios.ecc_errors())
+    h100, v100 = n.nvmlDeviceGetHandleByIndex(0), n.nvmlDeviceGetHandleByIndex(1)
+    assert ecc_counts(n, h100)[("uncorrected", "volatile")] == 2
+    assert n.nvmlDeviceGetRemappedRows(h100) == (0, 1, 1, 0)
+    assert ecc_counts(n, v100)[("corrected", "volatile")] == 1500
+    assert n.nvmlDeviceGetRetiredPagesPendingStatus(v100) == 1
+    n.nvmlShutdown()
+
+    n = nvml(scenarios.persistence_off())
+    assert [n.nvmlDeviceGetPersistenceMode(n.nvmlDeviceGetHandleByIndex(i)) for i in range(2)] == [0, 0]
+    n.nvmlShutdown()
+
+    n = nvml(scenarios.low_power_limit())
+    h = n.nvmlDeviceGetHandleByIndex(0)
+    assert (n.nvmlDeviceGetEnforcedPowerLimit(h), n.nvmlDeviceGetPowerManagementDefaultLimit(h)) == (350_000, 700_000)
+    n.nvmlShutdown()
+
+    n = nvml(scenarios.hot_gpu())
+    temps = [n.nvmlDeviceGetTemperature(n.nvmlDeviceGetHandleByIndex(i), 0) for i in range(2)]
+    assert temps == [85, 90]
+    assert n.nvmlDeviceGetTemperatureThreshold(n.nvmlDeviceGetHandleByIndex(0), 1) == 89

@@ -1,0 +1,152 @@
+"""`gpubox doctor`: check the box, measure the paths data takes to the GPU, say what to change.
+Thin: parse, call gpubox.doctor, render (rich) or print the JSON envelope."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+
+from gpubox.cli.output import console, print_json
+from gpubox.exit_codes import ExitCode, GpuboxError
+
+if TYPE_CHECKING:
+    from gpubox.doctor.findings import DoctorReport
+    from gpubox.doctor.thresholds import Thresholds
+
+app = typer.Typer(
+    help="Check the box and the data pipeline; say what to change, most urgent first.",
+    invoke_without_command=True,
+    rich_markup_mode=None,
+)
+
+JSON = Annotated[bool, typer.Option("--json", help="Print one JSON document (schema 1) instead of text.")]
+FULL = Annotated[
+    bool, typer.Option("--full/--quick", help="--quick (default): a short run; --full: more repetitions and settings.")
+]
+PYTHON = Annotated[
+    str | None,
+    typer.Option("--python", metavar="PATH", help="Benchmark with this interpreter (your training environment's)."),
+]
+NO_COLOR = Annotated[bool, typer.Option("--no-color", help="No colour, even on a terminal.")]
+
+
+@app.callback()
+def doctor(
+    ctx: typer.Context,
+    full: FULL = False,
+    as_json: JSON = False,
+    python: PYTHON = None,
+    data: Annotated[
+        Path | None,
+        typer.Option("--data", metavar="PATH", help="Also measure reads of this dataset (a file or folder)."),
+    ] = None,
+    only: Annotated[
+        str | None,
+        typer.Option(
+            "--only",
+            metavar="GROUPS",
+            help="Only these groups: driver, gpu, pcie, host, data, transfer (comma-separated).",
+        ),
+    ] = None,
+    gpu: Annotated[
+        str | None,
+        typer.Option(
+            "--gpu", "-g", metavar="GPUS", help="Benchmark these GPUs, as 0,2 (default: --quick the first, --full all)."
+        ),
+    ] = None,
+    verbose: Annotated[
+        bool, typer.Option("--verbose", "-v", help="List every check, also the ones that passed.")
+    ] = False,
+    no_color: NO_COLOR = False,
+) -> None:
+    """Check the driver, the GPUs, the PCIe links and the host, benchmark copies to the GPU, and
+    turn what was measured into findings ranked by impact, each with its fix.
+
+    Checks: the driver and torch's CUDA build; persistence, ECC, row remapping, clock throttling
+    under load, power limit and temperature of each GPU; each PCIe link under load against its
+    maximum, and whether the slot or the GPU limits it; /dev/shm, usable CPUs, NUMA placement,
+    CPU governor, memlock, memory and environment variables of the host; with --data, cold and
+    warm reads of a dataset and its filesystem. Benchmarks (torch, in the interpreter --python
+    names): host-to-device and device-to-host copies, pinned and pageable, against the link's
+    theoretical bandwidth; with --full also device-to-device copies and a matmul.
+
+    Thresholds are doctor.* settings in the config file (docs/doctor.md). Exit codes: 0 nothing
+    failed, 5 a check failed, 3 no GPU found when GPU groups were asked for with --only, 2 bad
+    input.
+    """
+    if ctx.invoked_subcommand is not None:
+        return
+    from gpubox.doctor.examine import DoctorOptions, examine
+
+    try:
+        options = DoctorOptions.parse(mode="full" if full else "quick", python=python, data=data, only=only, gpus=gpu)
+        report, code = examine(options, _thresholds())
+    except GpuboxError as exc:
+        if as_json:
+            print_json("doctor", None, exc.code, [exc.message])
+        raise
+    _emit(report, code, as_json, no_color, verbose)
+
+
+@app.command("loader")
+def loader(
+    target: Annotated[
+        str,
+        typer.Argument(
+            metavar="MODULE:FACTORY",
+            help="A function that returns a DataLoader, or (loader, step): module.name:make or path/file.py:make.",
+            show_default=False,
+        ),
+    ],
+    full: FULL = False,
+    as_json: JSON = False,
+    python: PYTHON = None,
+    device: Annotated[
+        str, typer.Option("--device", metavar="DEVICE", help="auto (a GPU when there is one), cpu, or cuda:N.")
+    ] = "auto",
+    max_workers: Annotated[
+        int | None, typer.Option("--max-workers", metavar="N", help="Try num_workers up to N (default: usable CPUs).")
+    ] = None,
+    no_color: NO_COLOR = False,
+) -> None:
+    """Measure a DataLoader: its batches per second alone, with the copy to the GPU, against the
+    step's rate; sweep num_workers, pin_memory, prefetch_factor and persistent_workers within a
+    time budget; say whether the job is input-bound, the best setting found, and the most that
+    fixing the input can speed it up (1/(1-f), f the share of time the step waits for data).
+
+    FACTORY() returns a DataLoader, a (loader, step) pair, or {"loader": ..., "step": ...};
+    step(batch) gets a batch already on the device. Without a GPU it runs on the CPU and says so.
+    """
+    from gpubox.doctor.loader import LoaderOptions, examine_loader
+
+    try:
+        options = LoaderOptions.parse(
+            target, mode="full" if full else "quick", python=python, device=device, max_workers=max_workers
+        )
+        report, code = examine_loader(options, _thresholds())
+    except GpuboxError as exc:
+        if as_json:
+            print_json("doctor loader", None, exc.code, [exc.message])
+        raise
+    _emit(report, code, as_json, no_color, verbose=True)
+
+
+def _thresholds() -> Thresholds:
+    from gpubox.config import load_config
+    from gpubox.doctor.thresholds import thresholds_from
+
+    return thresholds_from(load_config().values)
+
+
+def _emit(report: DoctorReport, code: ExitCode, as_json: bool, no_color: bool, verbose: bool) -> None:
+    if as_json:
+        print_json(report.command, report, code)
+    else:
+        from gpubox.cli.doctor_view import render
+        from gpubox.config import load_config
+
+        color = False if no_color else bool(load_config().get("color"))
+        render(report, console(color), verbose)
+    raise typer.Exit(int(code))

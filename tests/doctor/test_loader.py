@@ -1,0 +1,305 @@
+"""`gpubox doctor loader`: real torch DataLoaders measured on the CPU (a sleep-bound dataset found
+input-bound and helped by workers, a fast one found fed), the errors a factory can make, and the
+verdict's arithmetic on injected measurements.
+
+No test asserts a speed: sleeping items and steps make the ratios large and the same on any box.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import subprocess
+import sys
+from collections.abc import Mapping
+from typing import Any
+
+import pytest
+
+from gpubox.doctor.loader import (
+    LoaderOptions,
+    LoaderRunError,
+    LoaderUsageError,
+    decide,
+    examine_loader,
+    loader_checks,
+    parse_bench,
+    run_bench,
+)
+from gpubox.doctor.thresholds import Thresholds
+from gpubox.exit_codes import ExitCode, GpuboxError
+from tests.helpers import REPO
+
+TARGETS = "tests.doctor.loader_targets"
+TARGETS_FILE = str(REPO / "tests/doctor/loader_targets.py")
+T = Thresholds()
+
+
+def options(target: str, budget_s: float = 4.0, max_workers: int | None = 2) -> LoaderOptions:
+    return LoaderOptions.parse(target, device="cpu", max_workers=max_workers, path=str(REPO), budget_s=budget_s)
+
+
+# ---------------------------------------------------------------- real loaders
+
+
+def test_slow_loader_is_input_bound_and_more_workers_help() -> None:
+    report, code = examine_loader(options(f"{TARGETS}:slow", budget_s=8.0, max_workers=4), T)
+    by_id = {c.id: c for c in report.checks}
+    verdict = report.facts["verdict"]
+    assert verdict.input_bound is True
+    assert verdict.own.setting.num_workers == 0
+    assert verdict.best.setting.num_workers > 0
+    # 4 sleeping workers load about 4x as fast as one process; 1.5x leaves room for a busy box
+    assert verdict.best.pipeline_rate > 1.5 * verdict.own.pipeline_rate
+    assert by_id["loader.input_bound"].status == "fail" and code == ExitCode.CHECK_FAILED
+    fix = by_id["loader.input_bound"].fix or ""
+    assert fix.startswith(f"DataLoader(..., num_workers={verdict.best.setting.num_workers}")
+    assert by_id["loader.best_setting"].status == "ok"
+    assert by_id["loader.device"].status == "ok" and "CPU" in by_id["loader.device"].detail
+    assert report.findings[0].id == "loader.input_bound"
+    assert report.took_s <= 8.0 + 5.0  # the budget, and the alarm's grace past it
+
+
+def test_fast_loader_is_not_input_bound() -> None:
+    report, code = examine_loader(options(f"{TARGETS_FILE}:fast", budget_s=4.0), T)
+    verdict = report.facts["verdict"]
+    assert verdict.input_bound is False, verdict
+    assert verdict.wait_fraction < T.loader_wait_fraction and verdict.rate_ratio > T.loader_rate_ratio
+    assert {c.id: c.status for c in report.checks}["loader.input_bound"] == "ok"
+    assert code == ExitCode.OK
+    rows = report.benchmarks["loader"]
+    assert rows[0]["setting"] == "own" and len(rows) >= 2
+
+
+def test_without_a_step_only_input_rates_are_measured() -> None:
+    bench = parse_bench(run_bench(options(f"{TARGETS}:loader_only", budget_s=3.0, max_workers=0)))
+    assert bench.step is None
+    assert bench.runs[0].own and bench.runs[0].loader is not None and bench.runs[0].loader.rate
+    check = loader_checks(bench, T)[0]
+    assert check.status == "skip" and "no step to compare against" in check.detail
+
+
+# ---------------------------------------------------------------- what a factory can get wrong
+
+
+@pytest.mark.parametrize(
+    ("target", "error", "words"),
+    [
+        (f"{TARGETS}:raises", LoaderRunError, "raised an exception: ValueError: the dataset path is not set"),
+        (f"{TARGETS}:wrong_type", LoaderRunError, "returned a list, not a DataLoader"),
+        (f"{TARGETS}:NOT_CALLABLE", LoaderUsageError, "is not callable (it is a int)"),
+        (f"{TARGETS}:no_such_factory", LoaderUsageError, "has no attribute 'no_such_factory'"),
+        ("tests.doctor.no_such_module:make", LoaderUsageError, "no module named 'tests.doctor.no_such_module'"),
+        (f"{TARGETS}:empty", LoaderRunError, "the loader yields no batches"),
+        (f"{TARGETS}:failing_step", LoaderRunError, "the step raised an exception: RuntimeError: CUDA out of memory"),
+    ],
+)
+def test_a_broken_factory_is_one_clear_sentence(target: str, error: type[GpuboxError], words: str) -> None:
+    with pytest.raises(error) as caught:
+        run_bench(options(target))
+    message = caught.value.message
+    assert words in message and "\n" not in message and "Traceback" not in message
+    assert caught.value.code == (ExitCode.USAGE if error is LoaderUsageError else ExitCode.FAILED)
+
+
+def test_a_factory_that_never_returns_is_stopped_at_the_budget() -> None:
+    with pytest.raises(LoaderRunError, match=r"time budget of 2 s ran out while calling .*:hangs"):
+        run_bench(options(f"{TARGETS}:hangs", budget_s=2.0))
+
+
+@pytest.mark.parametrize(
+    ("target", "words"),
+    [
+        ("train_loader", "expected MODULE:FACTORY"),
+        ("train.py:", "expected MODULE:FACTORY"),
+        ("no/such/file.py:make", "there is no file no/such/file.py"),
+        ("my.module:1make", "is not a Python name"),
+        ("my module:make", "neither a module name nor a .py file"),
+    ],
+)
+def test_a_bad_target_is_a_usage_error(target: str, words: str) -> None:
+    with pytest.raises(LoaderUsageError, match=words) as caught:
+        LoaderOptions.parse(target)
+    assert caught.value.code == ExitCode.USAGE
+
+
+def test_bad_options_are_usage_errors() -> None:
+    target = f"{TARGETS}:slow"
+    for kwargs in ({"device": "gpu0"}, {"max_workers": -1}, {"python": "/no/such/python"}):
+        with pytest.raises(GpuboxError) as caught:
+            LoaderOptions.parse(target, **kwargs)
+        assert caught.value.code == ExitCode.USAGE, kwargs
+
+
+def test_importing_the_script_does_nothing() -> None:
+    code = "import sys, gpubox.doctor.loader_bench; print('torch' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
+    assert out.stdout.strip() == "False"
+
+
+def test_the_example_factory_gives_a_loader_and_a_step() -> None:
+    path = REPO / "examples/doctor/slow_loader.py"
+    assert "gpubox doctor loader examples/doctor/slow_loader.py:make" in path.read_text()
+    spec = importlib.util.spec_from_file_location("slow_loader_example", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    loader, step = module.make()
+    assert loader.num_workers == 0
+    step(next(iter(loader)))
+
+
+# ---------------------------------------------------------------- the verdict, on injected figures
+
+
+def phase(rate: float, wait: float = 1.0, batches: int = 100) -> dict[str, Any]:
+    return {"batches": batches, "seconds": batches / rate, "rate": rate, "wait_s": 0.0, "wait_fraction": wait}
+
+
+def run(workers: int, pipeline: float, wait: float, own: bool = False, **more: Any) -> dict[str, Any]:
+    record = {
+        "num_workers": workers,
+        "pin_memory": more.pop("pin", workers > 0),
+        "prefetch_factor": more.pop("prefetch", 2 if workers else None),
+        "persistent_workers": workers > 0,
+        "own": own,
+        "startup_s": 0.1,
+        "loader": phase(more.pop("loader", 2 * pipeline)),
+        "copy": phase(more.pop("copy")) if "copy" in more else None,
+        "pipeline": phase(pipeline, wait),
+        "complete": True,
+        "error": None,
+    }
+    return record
+
+
+def doc(runs: list[dict[str, Any]], step_rate: float | None = 100.0, kind: str = "cpu", **more: Any) -> dict[str, Any]:
+    own = runs[0]
+    return {
+        "ok": True,
+        "version": 1,
+        "mode": "quick",
+        "budget_s": 20.0,
+        "elapsed_s": 19.0,
+        "python": "3.11.7",
+        "executable": "/usr/bin/python3",
+        "torch": "2.5.0",
+        "device": {
+            "name": "cuda:0" if kind == "cuda" else "cpu",
+            "kind": kind,
+            "asked": more.pop("asked", "auto"),
+            "gpu_name": "NVIDIA H200" if kind == "cuda" else None,
+            "reason": "torch.cuda.is_available() is False: no GPU is visible to this torch",
+        },
+        "cpus": {"usable": 16, "max_workers": more.pop("max_workers", 16)},
+        "factory": {
+            "spec": "train.py:make",
+            "own": {k: own[k] for k in ("num_workers", "pin_memory", "prefetch_factor", "persistent_workers")},
+        },
+        "step": {"given": step_rate is not None, "first_call_s": 0.5, "calls": 50, "seconds": 0.5, "rate": step_rate},
+        "settings": runs,
+        "not_tried": [],
+        "notes": [],
+        "truncated": False,
+    }
+
+
+def checks_of(d: Mapping[str, Any]) -> dict[str, Any]:
+    return {c.id: c for c in loader_checks(parse_bench(d), T)}
+
+
+def test_verdict_arithmetic() -> None:
+    bench = parse_bench(
+        doc([run(0, 40.0, 0.6, own=True, loader=50.0), run(4, 96.0, 0.02), run(2, 70.0, 0.1)], step_rate=100.0)
+    )
+    v = decide(bench, T)
+    assert v.feed_rate == 50.0 and v.step_rate == 100.0
+    assert v.rate_ratio == pytest.approx(0.5)
+    assert v.wait_fraction == pytest.approx(0.6)
+    assert v.max_speedup == pytest.approx(1 / (1 - 0.6))  # 2.5x: all of the waiting gone
+    assert v.speedup == pytest.approx(96.0 / 40.0)
+    assert v.input_bound is True and v.best is not None and v.best.setting.num_workers == 4
+    check = loader_checks(bench, T)[0]
+    assert check.status == "fail" and check.value == 60.0 and check.impact == pytest.approx(0.6)
+    assert check.fix == "DataLoader(..., num_workers=4, pin_memory=True, prefetch_factor=2, persistent_workers=True)"
+    assert "up to 2.5x faster" in check.meaning and "2.40x" in check.meaning
+
+
+@pytest.mark.parametrize(
+    ("feed", "wait", "bound", "status"),
+    [
+        (105.0, 0.05, True, "warn"),  # the loader only 1.05x the step: no margin
+        (110.0, 0.05, False, "ok"),  # exactly 1.1x is enough
+        (200.0, 0.10, False, "ok"),  # waiting exactly 10% is not more than 10%
+        (200.0, 0.15, True, "warn"),
+        (200.0, 0.25, True, "fail"),  # more than twice the wait threshold
+        (90.0, 0.05, True, "fail"),  # the loader is slower than the step
+    ],
+)
+def test_input_bound_thresholds(feed: float, wait: float, bound: bool, status: str) -> None:
+    d = doc([run(0, 50.0, wait, own=True, loader=feed)], step_rate=100.0)
+    v = decide(parse_bench(d), T)
+    assert v.input_bound is bound
+    assert checks_of(d)["loader.input_bound"].status == status
+
+
+def test_on_a_gpu_the_feed_rate_includes_the_copy() -> None:
+    d = doc([run(8, 80.0, 0.3, own=True, loader=500.0, copy=90.0)], step_rate=100.0, kind="cuda")
+    v = decide(parse_bench(d), T)
+    assert v.feed_rate == 90.0 and v.rate_ratio == pytest.approx(0.9)
+    checks = checks_of(d)
+    assert "with the copy to the GPU" in checks["loader.input_bound"].detail
+    assert checks["loader.device"].status == "ok" and "NVIDIA H200" in checks["loader.device"].detail
+
+
+def test_the_best_setting_within_noise_is_the_cheaper_one() -> None:
+    d = doc([run(0, 40.0, 0.6, own=True), run(16, 100.0, 0.01), run(8, 98.0, 0.01), run(4, 90.0, 0.05)])
+    v = decide(parse_bench(d), T)
+    assert v.best is not None and v.best.setting.num_workers == 8  # 98 is 100 within 3%; 90 is not
+
+
+def test_when_the_own_setting_is_best_the_fix_says_what_else_to_do() -> None:
+    d = doc([run(4, 50.0, 0.5, own=True), run(0, 20.0, 0.9), run(8, 49.0, 0.5)], max_workers=8)
+    checks = checks_of(d)
+    assert checks["loader.input_bound"].status == "fail"
+    assert checks["loader.input_bound"].fix.startswith("no setting tried loads faster")
+    assert checks["loader.best_setting"].status == "ok"
+    assert "the factory's own setting" in checks["loader.best_setting"].detail
+
+
+def test_the_most_workers_tried_being_best_suggests_more() -> None:
+    d = doc([run(0, 10.0, 0.9, own=True), run(2, 20.0, 0.8), run(4, 40.0, 0.6)], max_workers=4)
+    fix = checks_of(d)["loader.input_bound"].fix
+    assert fix.startswith("DataLoader(..., num_workers=4,") and "--max-workers 8" in fix
+
+
+def test_without_a_step_a_faster_loader_is_a_warning() -> None:
+    d = doc([run(0, 100.0, 1.0, own=True), run(4, 300.0, 1.0)], step_rate=None)
+    v = decide(parse_bench(d), T)
+    assert v.input_bound is None and v.wait_fraction is None and v.max_speedup is None
+    checks = checks_of(d)
+    assert checks["loader.input_bound"].status == "skip"
+    best = checks["loader.best_setting"]
+    assert best.status == "warn" and best.fix is not None and "num_workers=4" in best.fix
+    assert best.impact == pytest.approx(1 - 100.0 / 300.0)
+
+
+def test_an_own_setting_cut_short_is_a_skip_not_a_verdict() -> None:
+    cut = run(0, 1.0, 1.0, own=True) | {"loader": None, "pipeline": None, "complete": False, "startup_s": 9.5}
+    d = doc([cut, run(2, 4.0, 0.5)])
+    v = decide(parse_bench(d), T)
+    assert v.own is None and v.input_bound is None and v.speedup is None
+    checks = checks_of(d)
+    assert checks["loader.input_bound"].status == "skip" and "9.5 s" in checks["loader.input_bound"].detail
+    assert checks["loader.best_setting"].status == "ok"
+
+
+def test_the_device_check_says_why_it_ran_on_the_cpu() -> None:
+    no_gpu = checks_of(doc([run(0, 10.0, 0.5, own=True)]))["loader.device"]
+    assert no_gpu.status == "skip" and "no GPU found" in no_gpu.detail
+    asked = checks_of(doc([run(0, 10.0, 0.5, own=True)], asked="cpu"))["loader.device"]
+    assert asked.status == "ok"
+
+
+def test_malformed_results_are_one_sentence() -> None:
+    with pytest.raises(LoaderRunError, match="cannot be read"):
+        parse_bench({"ok": True, "settings": []})
