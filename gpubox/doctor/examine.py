@@ -14,9 +14,9 @@ from typing import Any
 
 from gpubox.doctor.findings import DoctorReport, exit_code, make_report
 from gpubox.doctor.guard import TimedOut, guarded, within
-from gpubox.doctor.library_checks import TorchFacts
 from gpubox.doctor.model import CATEGORIES, GPU_CATEGORIES, Check, LinkSample, SystemFacts
 from gpubox.doctor.thresholds import Thresholds
+from gpubox.doctor.torch_facts import TorchFacts
 from gpubox.exit_codes import ExitCode, GpuboxError
 
 GROUPS = tuple(c for c in CATEGORIES if c != "loader")  # `doctor loader` is a command of its own
@@ -102,7 +102,7 @@ def _examine(
     gpu_work = any(options.wants(g) for g in ("transfer", "gpu", "pcie"))
     torch: TorchFacts | None = None
     if options.wants("driver") or options.wants("transfer"):
-        from gpubox.doctor.library_checks import read_torch_facts
+        from gpubox.doctor.torch_facts import read_torch_facts
 
         torch = read_torch_facts(options.python, timeout_s=TORCH_TIMEOUT_S)
     if options.wants("driver"):

@@ -1,20 +1,18 @@
 """The driver and torch, checked against each other and against the GPUs (category "driver"):
 NVML present, the driver's CUDA against torch's CUDA build, torch's kernels for each GPU's
 architecture, and a CUDA build of torch at all. Pure functions of `SystemFacts` and `TorchFacts`
-(what torch_bench.py facts says about the training environment's torch).
+(torch_facts.py: what torch_bench.py facts says about the training environment's torch).
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any
+from dataclasses import replace
+from typing import Any
 
 from gpubox.doctor.model import Check, SystemFacts, skipped
-
-if TYPE_CHECKING:
-    from gpubox.doctor.interpreter import ScriptRun
+from gpubox.doctor.torch_facts import TorchFacts
 
 # Minimum driver per CUDA major under minor-version compatibility (NVIDIA, CUDA Compatibility guide, table 1):
 # a torch built for any 12.x runs on >= 525.60.13, with limits (no PTX JIT of newer PTX, some features missing).
@@ -38,92 +36,6 @@ TORCH_WHEEL_CUDA: tuple[tuple[int, int], ...] = ((13, 0), (12, 9), (12, 8), (12,
 BLACKWELL_CUDA = (12, 8)  # the first CUDA with sm_100 and sm_120
 LEGACY_CUDA = (12, 6)  # the newest wheels that still carry Maxwell, Pascal and Volta (below sm_75) kernels
 NO_KERNEL = "no kernel image is available for execution on the device"
-
-
-@dataclass(frozen=True)
-class TorchDevice:
-    index: int  # torch's device index
-    name: str
-    capability: tuple[int, int] | None
-    uuid: str | None
-    pci_bus_id: str | None
-    memory_total_bytes: int | None
-
-
-@dataclass(frozen=True)
-class TorchFacts:
-    """torch in the training environment; `torch_error` says why it could not be read."""
-
-    python: str | None
-    python_version: str | None
-    torch_version: str | None
-    cuda_build: str | None  # torch.version.cuda: "12.4"; None on a CPU (or ROCm) build
-    hip_build: str | None
-    cuda_available: bool
-    cuda_error: str | None  # why torch cannot use CUDA
-    cuda_visible_devices: str | None  # as the environment set it
-    device_count: int
-    arch_list: tuple[str, ...]  # torch.cuda.get_arch_list(): "sm_90", "compute_90", ...
-    devices: tuple[TorchDevice, ...]
-    torch_missing: bool = False
-    torch_error: str | None = None
-
-    @classmethod
-    def unavailable(cls, why: str, python: str | None = None, missing: bool = False) -> TorchFacts:
-        return cls(python, None, None, None, None, False, None, None, 0, (), (), missing, why)
-
-
-def torch_facts_from(data: Mapping[str, Any]) -> TorchFacts:
-    """The record from torch_bench.py facts' JSON; a field of the wrong type reads as unknown."""
-    devices = []
-    for raw in data.get("devices") or ():
-        if not isinstance(raw, Mapping) or not isinstance(raw.get("index"), int):
-            continue
-        cap = raw.get("capability")
-        devices.append(
-            TorchDevice(
-                index=raw["index"],
-                name=str(raw.get("name") or "?"),
-                capability=(int(cap[0]), int(cap[1])) if isinstance(cap, list) and len(cap) == 2 else None,
-                uuid=_text(raw.get("uuid")),
-                pci_bus_id=_text(raw.get("pci_bus_id")),
-                memory_total_bytes=_count(raw.get("memory_total_bytes")),
-            )
-        )
-    arches = data.get("arch_list")
-    count = data.get("device_count")
-    return TorchFacts(
-        python=_text(data.get("python")),
-        python_version=_text(data.get("python_version")),
-        torch_version=_text(data.get("torch_version")),
-        cuda_build=_text(data.get("cuda_build")),
-        hip_build=_text(data.get("hip_build")),
-        cuda_available=data.get("cuda_available") is True,
-        cuda_error=_text(data.get("cuda_error")),
-        cuda_visible_devices=_text(data.get("cuda_visible_devices"), empty_ok=True),
-        device_count=count if isinstance(count, int) else 0,
-        arch_list=tuple(str(a) for a in arches) if isinstance(arches, list) else (),
-        devices=tuple(devices),
-        torch_missing=data.get("torch_missing") is True,
-        torch_error=_text(data.get("torch_error")) or _text(data.get("error")),
-    )
-
-
-def torch_facts_from_run(run: ScriptRun) -> TorchFacts:
-    """The facts from a run of torch_bench.py facts; a run that failed gives its sentence as the reason."""
-    if run.data is None or run.data.get("kind") != "facts":
-        return TorchFacts.unavailable(run.failure or "torch_bench.py gave no facts", run.python)
-    facts = torch_facts_from(run.data)
-    if facts.torch_error is not None and run.failure:
-        return replace(facts, torch_error=run.failure)  # the run's sentence names the interpreter
-    return facts
-
-
-def read_torch_facts(python: str | None = None, timeout_s: float = 60.0) -> TorchFacts:
-    """Run torch_bench.py facts under PYTHON (default: this interpreter)."""
-    from gpubox.doctor.interpreter import run_script
-
-    return torch_facts_from_run(run_script("torch_bench.py", ["facts"], python=python, timeout_s=timeout_s))
 
 
 def library_checks(facts: SystemFacts, torch: TorchFacts | None) -> list[Check]:
@@ -496,16 +408,6 @@ def _numbers(version: str | None) -> tuple[int, ...]:
 
 def _cuda_text(version: int | None) -> str:
     return "?" if version is None else f"{version // 1000}.{version % 1000 // 10}"
-
-
-def _text(value: Any, empty_ok: bool = False) -> str | None:
-    if value is None or (value == "" and not empty_ok):
-        return None
-    return str(value)
-
-
-def _count(value: Any) -> int | None:
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
 def _with(check: Check, **changes: Any) -> Check:

@@ -2,20 +2,20 @@
 against the PCIe link seen under load and the GPU's datasheet figures.
 
 Rates are in GB/s of 1e9 bytes. A link's theoretical rate is per direction, after line encoding.
+The checks made of these records are in transfer_checks.py, the datasheet figures in gpu_specs.py.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
-import re
 import statistics
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from gpubox.doctor.model import Check, LinkSample, Status, skipped
-from gpubox.doctor.thresholds import Thresholds
+from gpubox.doctor.gpu_specs import GpuSpec, gpu_spec
+from gpubox.doctor.model import LinkSample
 
 GB = 1e9
 # Transfer rate (GT/s) and line-code efficiency per PCIe generation (PCI-SIG base specifications):
@@ -30,65 +30,7 @@ PCIE_SIGNALLING: Mapping[int, tuple[float, float]] = {
 }
 LANE_GB_PER_S: Mapping[int, float] = {gen: gt * code / 8 for gen, (gt, code) in PCIE_SIGNALLING.items()}
 
-# Defaults for limits that Thresholds may carry under the same names in lower case (doctor.* settings)
-PAGEABLE_WARN_RATIO = 0.5  # pageable host-to-device below half the pinned rate: pinning is worth it
-D2D_WARN_FRACTION = 0.5  # on-GPU copy traffic below half the datasheet memory bandwidth
-MATMUL_WARN_FRACTION = 0.4  # a large matmul below 40% of the dense peak: clocks are held back
-# impact = shortfall x weight: copies are a part of each step, the matmul rate is all of it
-LINK_WEIGHT, PAGEABLE_WEIGHT, D2D_WEIGHT, MATMUL_WEIGHT = 0.5, 0.3, 0.3, 0.8
 NOT_MEASURED = "not measured in this run (--full measures it)"
-
-
-@dataclass(frozen=True)
-class GpuSpec:
-    label: str
-    memory_gb_per_s: float | None  # datasheet memory bandwidth
-    bf16_tflops: float | None  # dense (no sparsity), FP32 accumulate
-    fp16_tflops: float | None
-
-
-# Datasheet figures, matched on the words of the name NVML and torch report ("NVIDIA A100-SXM4-80GB").
-# The datasheets quote tensor rates "with sparsity": the dense rate is half. First match wins.
-GPU_SPECS: tuple[tuple[frozenset[str], GpuSpec], ...] = (
-    # NVIDIA H200 Tensor Core GPU datasheet (2024): 4.8 TB/s; BF16 1,979 (SXM) and 1,671 (NVL) TFLOPS sparse
-    (frozenset({"h200", "nvl"}), GpuSpec("H200 NVL", 4800, 835.5, 835.5)),
-    (frozenset({"h200"}), GpuSpec("H200 SXM", 4800, 989.4, 989.4)),
-    # NVIDIA H100 Tensor Core GPU datasheet: SXM 3.35 TB/s, PCIe 2.0 TB/s, NVL 3.9 TB/s;
-    # BF16 1,979 / 1,513 / 1,671 TFLOPS sparse
-    (frozenset({"h100", "nvl"}), GpuSpec("H100 NVL", 3900, 835.5, 835.5)),
-    (frozenset({"h100", "pcie"}), GpuSpec("H100 PCIe", 2000, 756.5, 756.5)),
-    (frozenset({"h100"}), GpuSpec("H100 SXM", 3350, 989.4, 989.4)),
-    # NVIDIA A100 Tensor Core GPU datasheet: 80GB SXM 2,039 GB/s, 80GB PCIe 1,935 GB/s, 40GB 1,555 GB/s; BF16 312
-    (frozenset({"a100", "80gb", "pcie"}), GpuSpec("A100 80GB PCIe", 1935, 312.0, 312.0)),
-    (frozenset({"a100", "80gb"}), GpuSpec("A100 80GB SXM", 2039, 312.0, 312.0)),
-    (frozenset({"a100"}), GpuSpec("A100 40GB", 1555, 312.0, 312.0)),
-    # NVIDIA L40S / L40 / L4 datasheets: 864 / 864 / 300 GB/s; BF16 362.05 / 181.05 / 121 TFLOPS dense
-    (frozenset({"l40s"}), GpuSpec("L40S", 864, 362.05, 362.05)),
-    (frozenset({"l40"}), GpuSpec("L40", 864, 181.05, 181.05)),
-    (frozenset({"l4"}), GpuSpec("L4", 300, 121.0, 121.0)),
-    # NVIDIA A40 and A10 datasheets: 696 and 600 GB/s; BF16 149.7 and 125 TFLOPS dense
-    (frozenset({"a40"}), GpuSpec("A40", 696, 149.7, 149.7)),
-    (frozenset({"a10"}), GpuSpec("A10", 600, 125.0, 125.0)),
-    # NVIDIA Ampere GA102 whitepaper: RTX A6000 768 GB/s, 154.8 TFLOPS; RTX 3090 936 GB/s, 71 TFLOPS (FP32 accumulate)
-    (frozenset({"rtx", "a6000"}), GpuSpec("RTX A6000", 768, 154.8, 154.8)),
-    (frozenset({"rtx", "3090"}), GpuSpec("GeForce RTX 3090", 936, 71.0, 71.0)),
-    # NVIDIA Ada Lovelace whitepaper: RTX 4090 1,008 GB/s; 165.2 TFLOPS with FP32 accumulate
-    (frozenset({"rtx", "4090"}), GpuSpec("GeForce RTX 4090", 1008, 165.2, 165.2)),
-    # NVIDIA V100 and T4 datasheets (no bf16): V100S 1,134 GB/s 130 TFLOPS, V100 SXM2 900 GB/s 125,
-    # V100 PCIe 900 GB/s 112, T4 320 GB/s 65 (mixed precision)
-    (frozenset({"v100s"}), GpuSpec("V100S PCIe", 1134, None, 130.0)),
-    (frozenset({"v100", "sxm2"}), GpuSpec("V100 SXM2", 900, None, 125.0)),
-    (frozenset({"v100"}), GpuSpec("V100 PCIe", 900, None, 112.0)),
-    (frozenset({"t4"}), GpuSpec("T4", 320, None, 65.0)),
-)
-
-
-def gpu_spec(name: str | None) -> GpuSpec | None:
-    """The datasheet figures for a GPU by its reported name; None for a GPU not in the table."""
-    if not name:
-        return None
-    words = set(re.split(r"[\s\-_/]+", name.lower()))
-    return next((spec for needed, spec in GPU_SPECS if needed <= words), None)
 
 
 @dataclass(frozen=True)
@@ -241,17 +183,6 @@ def failed_transfer(reason: str, *, gpu: int | None, gpu_name: str | None = None
     return transfer_result({"error": reason}, gpu=gpu, gpu_name=gpu_name)
 
 
-def transfer_checks(result: TransferResult, t: Thresholds) -> list[Check]:
-    """The transfer findings for one GPU; a figure that is missing makes its check a skip, with why."""
-    return [
-        _link_check(result, result.h2d_pinned, t),
-        _link_check(result, result.d2h_pinned, t),
-        _pageable_check(result, _limit(t, "pageable_warn_ratio", PAGEABLE_WARN_RATIO)),
-        _d2d_check(result, _limit(t, "d2d_warn_fraction", D2D_WARN_FRACTION)),
-        _matmul_check(result, _limit(t, "matmul_warn_fraction", MATMUL_WARN_FRACTION)),
-    ]
-
-
 def copy_window(data: Mapping[str, Any]) -> tuple[float, float] | None:
     """(first start, last end) of the copies in torch_bench.py's answer, on the system's monotonic
     clock: the window in which to look for the link under load."""
@@ -259,236 +190,6 @@ def copy_window(data: Mapping[str, Any]) -> tuple[float, float] | None:
     starts = [c["started_at"] for c in copies if isinstance(c, Mapping) and isinstance(c.get("started_at"), float)]
     ends = [c["ended_at"] for c in copies if isinstance(c, Mapping) and isinstance(c.get("ended_at"), float)]
     return (min(starts), max(ends)) if starts and ends else None
-
-
-def _limit(t: Thresholds, name: str, default: float) -> float:
-    """A limit from the thresholds when they carry it, else this module's default."""
-    return float(getattr(t, name, default))
-
-
-_LINK_WORDS = {"h2d": "host-to-device", "d2h": "device-to-host"}
-_LINK_MEANING = {
-    "h2d": "Every batch crosses this link on its way to the GPU: a slow copy stretches each step it does not overlap.",
-    "d2h": "Outputs, metrics and checkpoints come back over this link.",
-}
-
-
-def _link_check(result: TransferResult, copy: LinkCopy, t: Thresholds) -> Check:
-    words = _LINK_WORDS[copy.direction]
-    check_id, title = f"transfer.{copy.name}", f"{words.capitalize()} copies (pinned)"
-    if copy.gb_per_s is None:
-        return skipped(check_id, title, "transfer", copy.error or "not measured", result.gpu)
-    now, best = result.link_now, result.link_max
-    reference, fraction = (
-        (best, copy.link_max_fraction) if copy.link_max_fraction is not None else (now, copy.link_fraction)
-    )
-    base = Check(
-        id=check_id,
-        title=title,
-        category="transfer",
-        status="ok",
-        detail=f"{_gb(copy.gb_per_s)} {words} from pinned memory",
-        value=round(copy.gb_per_s, 3),
-        unit="GB/s",
-        meaning=_LINK_MEANING[copy.direction],
-        gpu=result.gpu,
-        evidence=_copy_evidence(result, copy),
-    )
-    if reference is None or fraction is None:
-        return dataclasses.replace(base, detail=base.detail + "; the link's speed is unknown, so no verdict")
-    detail = f"{base.detail}, {_pct(fraction)} of the {_gb(reference.gb_per_s)} a {reference.label} link carries"
-    status: Status = (
-        "fail" if fraction < t.transfer_fail_fraction else "warn" if fraction < t.transfer_warn_fraction else "ok"
-    )
-    if status == "ok":
-        return dataclasses.replace(base, detail=detail)
-    if now is not None and best is not None and (now.gb_per_s or 0.0) < (best.gb_per_s or 0.0):
-        detail += f": the link ran at {now.label} under load"
-        meaning = (
-            "The link trained below what the GPU and its slot allow, and that caps every copy to and from the GPU."
-        )
-        fix = (
-            f"Reseat the GPU (or move it to another {best.label} slot), check riser cables or retimers and the "
-            f"BIOS PCIe speed setting (Auto or Gen{best.gen}), then rerun `gpubox doctor --only pcie,transfer`"
-        )
-    else:
-        detail += ", and the link ran at its best under load" if now is not None else ""
-        meaning = (
-            "The link is not what holds these copies back: the host side is (memory placement, IOMMU, other traffic)."
-        )
-        fix = (
-            "Check what else uses this link or its PCIe switch while training runs, that the IOMMU is off or in "
-            "passthrough (iommu=pt on the kernel command line), and that the copying process runs on the CPUs of "
-            "the GPU's NUMA node"
-        )
-        if result.affinity_error:
-            fix += f" (this benchmark could not run there: {result.affinity_error})"
-    return dataclasses.replace(
-        base, status=status, detail=detail, meaning=meaning, fix=fix, impact=round(LINK_WEIGHT * (1 - fraction), 3)
-    )
-
-
-def _pageable_check(result: TransferResult, warn_ratio: float) -> Check:
-    check_id, title = "transfer.pageable", "Pageable against pinned copies"
-    pageable, pinned = result.h2d_pageable, result.h2d_pinned
-    if pageable.gb_per_s is None or pinned.gb_per_s is None:
-        why = pageable.error or pinned.error or "not measured"
-        return skipped(check_id, title, "transfer", why, result.gpu)
-    ratio = pageable.gb_per_s / pinned.gb_per_s
-    detail = (
-        f"host-to-device {_gb(pageable.gb_per_s)} from pageable memory, {_pct(ratio)} of "
-        f"the {_gb(pinned.gb_per_s)} from pinned memory"
-    )
-    back, back_pinned = result.d2h_pageable.gb_per_s, result.d2h_pinned.gb_per_s
-    if back is not None and back_pinned is not None:
-        detail += f"; device-to-host {_gb(back)} against {_gb(back_pinned)}"
-    slow = ratio < warn_ratio
-    return Check(
-        id=check_id,
-        title=title,
-        category="transfer",
-        status="warn" if slow else "ok",
-        detail=detail,
-        value=round(100 * ratio, 1),
-        unit="%",
-        meaning=(
-            "A copy from pageable memory goes through a staging buffer in the driver and holds the Python "
-            "thread until it ends; from pinned memory the GPU's copy engine reads host memory directly, and "
-            "the copy can overlap with compute."
-        ),
-        fix="DataLoader(..., pin_memory=True), and batch.to(device, non_blocking=True) in the training loop"
-        if slow
-        else None,
-        gpu=result.gpu,
-        impact=round(PAGEABLE_WEIGHT * (1 - ratio), 3) if slow else 0.0,
-        evidence={
-            "h2d_pageable_gb_per_s": pageable.gb_per_s,
-            "h2d_pinned_gb_per_s": pinned.gb_per_s,
-            "d2h_pageable_gb_per_s": back,
-            "d2h_pinned_gb_per_s": back_pinned,
-            "ratio": ratio,
-            "warn_below": warn_ratio,
-        },
-    )
-
-
-def _d2d_check(result: TransferResult, warn_fraction: float) -> Check:
-    check_id, title, copy = "transfer.d2d", "Copies within GPU memory", result.d2d
-    if copy.gb_per_s is None or copy.traffic_gb_per_s is None:
-        return skipped(check_id, title, "transfer", copy.error or "not measured", result.gpu)
-    detail = f"{_gb(copy.gb_per_s)} copied within GPU memory ({_gb(copy.traffic_gb_per_s)} of memory traffic"
-    spec = gpu_spec(result.device_name)
-    fraction = copy.memory_fraction
-    if spec is None or copy.memory_gb_per_s is None or fraction is None:
-        detail += f"); the memory bandwidth of {result.device_name or 'this GPU'} is not in gpubox's table"
-    else:
-        detail += f", {_pct(fraction)} of the {spec.label}'s {_gb(copy.memory_gb_per_s)})"
-    slow = fraction is not None and fraction < warn_fraction
-    return Check(
-        id=check_id,
-        title=title,
-        category="transfer",
-        status="warn" if slow else "ok",
-        detail=detail,
-        value=round(copy.gb_per_s, 3),
-        unit="GB/s",
-        meaning=(
-            "A large copy within GPU memory reads and writes every byte, so it moves close to the datasheet "
-            "memory bandwidth; far below it, memory clocks were held back or another process used the GPU."
-            if slow
-            else "Copies within GPU memory show the memory bandwidth that kernels have to work with."
-        ),
-        fix="Rerun with nothing else on the GPU (gpubox top shows its processes), and see the gpu.* findings "
-        "for clocks held back by power or temperature"
-        if slow
-        else None,
-        gpu=result.gpu,
-        impact=round(D2D_WEIGHT * (1 - fraction), 3) if slow and fraction is not None else 0.0,
-        evidence={
-            "bytes": copy.bytes,
-            "reps": copy.reps,
-            "median_s": copy.median_s,
-            "timer": copy.timer,
-            "traffic_gb_per_s": copy.traffic_gb_per_s,
-            "memory_gb_per_s": copy.memory_gb_per_s,
-            "memory_fraction": fraction,
-            "warn_below": warn_fraction,
-        },
-    )
-
-
-def _matmul_check(result: TransferResult, warn_fraction: float) -> Check:
-    check_id, title, mm = "transfer.matmul", "Matmul rate", result.matmul
-    if mm.tflops is None:
-        return skipped(check_id, title, "transfer", mm.error or "not measured", result.gpu)
-    what = f"{mm.tflops:,.0f} TFLOPS in {mm.n}x{mm.n} {mm.dtype} matmuls"
-    spec = gpu_spec(result.device_name)
-    fraction = mm.peak_fraction
-    if spec is None or mm.peak_tflops is None or fraction is None:
-        detail = f"{what}; no {mm.dtype} peak is known for {result.device_name or 'this GPU'}"
-    else:
-        detail = f"{what}, {_pct(fraction)} of the {spec.label}'s dense peak of {mm.peak_tflops:,.0f} TFLOPS"
-    slow = fraction is not None and fraction < warn_fraction
-    return Check(
-        id=check_id,
-        title=title,
-        category="transfer",
-        status="warn" if slow else "ok",
-        detail=detail,
-        value=round(mm.tflops, 1),
-        unit="TFLOPS",
-        meaning=(
-            "Large matmuls usually reach well over half of the datasheet peak, which assumes the boost clock; "
-            "this far below it, the SM clock was likely held back (power cap, temperature, a locked clock) or "
-            "another process shared the GPU."
-            if slow
-            else "How fast the tensor cores run a large matmul, against the datasheet's dense peak."
-        ),
-        fix="See the gpu.* findings for clock event reasons under load; `nvidia-smi -q -d PERFORMANCE,POWER,CLOCK` "
-        "during a run shows what holds the clock back"
-        if slow
-        else None,
-        gpu=result.gpu,
-        impact=round(MATMUL_WEIGHT * (1 - fraction), 3) if slow and fraction is not None else 0.0,
-        evidence={
-            "n": mm.n,
-            "dtype": mm.dtype,
-            "matmuls_per_rep": mm.matmuls_per_rep,
-            "reps": mm.reps,
-            "median_s": mm.median_s,
-            "peak_tflops": mm.peak_tflops,
-            "peak_fraction": fraction,
-            "warn_below": warn_fraction,
-        },
-    )
-
-
-def _copy_evidence(result: TransferResult, copy: LinkCopy) -> dict[str, Any]:
-    return {
-        "bytes": copy.bytes,
-        "reps": copy.reps,
-        "median_s": copy.median_s,
-        "min_s": copy.min_s,
-        "max_s": copy.max_s,
-        "timer": copy.timer,
-        "link_under_load": result.link_now.label if result.link_now else None,
-        "link_max": result.link_max.label if result.link_max else None,
-        "link_gb_per_s": copy.link_gb_per_s,
-        "link_fraction": copy.link_fraction,
-        "link_max_gb_per_s": copy.link_max_gb_per_s,
-        "link_max_fraction": copy.link_max_fraction,
-        "affinity_cpus": list(result.affinity_cpus) if result.affinity_cpus is not None else None,
-    }
-
-
-def _gb(rate: float | None) -> str:
-    if rate is None:
-        return "? GB/s"
-    return f"{rate:,.0f} GB/s" if rate >= 100 else f"{rate:.1f} GB/s"
-
-
-def _pct(fraction: float) -> str:
-    return f"{100 * fraction:.0f}%"
 
 
 def _mapping(raw: Any) -> Mapping[str, Any]:

@@ -10,18 +10,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from gpubox.doctor.library_checks import TorchFacts
 from gpubox.doctor.model import Check, GpuFacts, LinkSample, SystemFacts
 from gpubox.doctor.thresholds import Thresholds
+from gpubox.doctor.torch_facts import TorchFacts
 from gpubox.doctor.transfer import (
     PcieLink,
     TransferResult,
     copy_window,
     failed_transfer,
     link_under_load,
-    transfer_checks,
     transfer_result,
 )
+from gpubox.doctor.transfer_checks import transfer_checks
 
 SCRIPT = Path(__file__).with_name("torch_bench.py")
 COPY_BYTES = 256 * 1024 * 1024

@@ -8,16 +8,14 @@ from typing import Any
 from gpubox.doctor.interpreter import ScriptRun
 from gpubox.doctor.library_checks import (
     NO_KERNEL,
-    TorchFacts,
     arch_checks,
     cuda_vs_torch_check,
     library_checks,
     nvml_check,
     torch_build_check,
-    torch_facts_from,
-    torch_facts_from_run,
 )
 from gpubox.doctor.model import Check, GpuFacts, SystemFacts
+from gpubox.doctor.torch_facts import TorchFacts, torch_facts_from, torch_facts_from_run
 
 HOPPER_ARCHES = ["sm_50", "sm_60", "sm_70", "sm_75", "sm_80", "sm_86", "sm_90"]
 

@@ -19,12 +19,11 @@ from gpubox.doctor.loader import (
     LoaderOptions,
     LoaderRunError,
     LoaderUsageError,
-    decide,
     examine_loader,
-    loader_checks,
     parse_bench,
     run_bench,
 )
+from gpubox.doctor.loader_checks import decide, loader_checks
 from gpubox.doctor.thresholds import Thresholds
 from gpubox.exit_codes import ExitCode, GpuboxError
 from tests.helpers import REPO

@@ -15,8 +15,9 @@ import pytest
 
 from gpubox.doctor import torch_bench
 from gpubox.doctor.interpreter import InterpreterUnusable, ScriptRun, check_interpreter, run_script
-from gpubox.doctor.library_checks import library_checks, torch_facts_from_run
+from gpubox.doctor.library_checks import library_checks
 from gpubox.doctor.model import GpuFacts, SystemFacts
+from gpubox.doctor.torch_facts import torch_facts_from_run
 from gpubox.exit_codes import ExitCode
 
 SCRIPT = Path(torch_bench.__file__)
@@ -292,7 +293,8 @@ def test_facts_from_a_cuda_build(cuda_env: dict[str, str]) -> None:
 
 def test_transfer_on_a_cuda_build_answers_what_transfer_reads(cuda_env: dict[str, str]) -> None:
     from gpubox.doctor.thresholds import Thresholds
-    from gpubox.doctor.transfer import PcieLink, copy_window, transfer_checks, transfer_result
+    from gpubox.doctor.transfer import PcieLink, copy_window, transfer_result
+    from gpubox.doctor.transfer_checks import transfer_checks
 
     args = ["transfer", "--gpu", "0", "--cpus", "0", "--reps", "10", "--bytes", str(10**9), "--matmul", "1000"]
     run = run_script("torch_bench.py", args, env=cuda_env, timeout_s=60)

@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from gpubox.doctor.gpu_specs import gpu_spec
 from gpubox.doctor.model import LinkSample
 from gpubox.doctor.thresholds import Thresholds
 from gpubox.doctor.transfer import (
@@ -18,11 +19,10 @@ from gpubox.doctor.transfer import (
     TransferResult,
     copy_window,
     failed_transfer,
-    gpu_spec,
     link_under_load,
-    transfer_checks,
     transfer_result,
 )
+from gpubox.doctor.transfer_checks import transfer_checks
 
 GB = 1_000_000_000
 T = Thresholds()

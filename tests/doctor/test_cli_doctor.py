@@ -1,0 +1,166 @@
+"""`gpubox doctor` through the real CLI, on the fake NVML, as an operator or a cron job runs it:
+the JSON envelope, the exit codes (0, 5, 3, 2), the human report and one line for bad input."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.fake_nvml import scenarios
+from tests.fake_nvml.build import fake_nvml_env
+from tests.fake_nvml.scenarios import FakeBox
+from tests.helpers import run_gpubox
+
+
+def doctor(box: FakeBox | None, tmp_path: Path, *args: str) -> tuple[int, dict[str, Any], str, str]:
+    if box is None:  # a box without the NVIDIA driver: NVML cannot be loaded at all
+        empty = tmp_path / "no-driver"
+        empty.mkdir(exist_ok=True)
+        env = {"LD_LIBRARY_PATH": str(empty)}
+    else:
+        env = fake_nvml_env(box.write(tmp_path / "scenario.txt"), box.library_variant)
+    res = run_gpubox("doctor", *args, env=env, timeout=180)
+    doc = json.loads(res.stdout) if "--json" in args and res.stdout.strip() else {}
+    return res.returncode, doc, res.stdout, res.stderr
+
+
+def by_id(doc: dict[str, Any]) -> dict[tuple[str, int | None], dict[str, Any]]:
+    return {(c["id"], c["gpu"]): c for c in doc["data"]["checks"]}
+
+
+def test_a_healthy_box_passes_its_gpu_checks(tmp_path: Path) -> None:
+    code, doc, _, err = doctor(scenarios.healthy(2), tmp_path, "--json", "--only", "gpu,pcie")
+    assert code == 0, err
+    assert (doc["command"], doc["ok"], doc["exit_code"], doc["errors"]) == ("doctor", True, 0, [])
+    checks = by_id(doc)
+    for gpu in (0, 1):
+        assert checks[("gpu.persistence_mode", gpu)]["status"] == "ok"
+        assert checks[("gpu.ecc", gpu)]["status"] == "ok"
+        assert checks[("gpu.temperature", gpu)]["status"] == "ok"
+        # No benchmark ran (--only gpu,pcie): the link was only seen idle, which proves nothing.
+        link = checks[("pcie.link", gpu)]
+        assert link["status"] == "skip" and "idle" in link["detail"]
+    assert doc["data"]["findings"] == []
+    assert {c["category"] for c in doc["data"]["checks"]} <= {"gpu", "pcie"}
+
+
+def test_ecc_errors_fail_with_exit_code_5_and_lead_the_findings(tmp_path: Path) -> None:
+    code, doc, _, err = doctor(scenarios.ecc_errors(), tmp_path, "--json", "--only", "gpu")
+    assert code == 5, err
+    assert doc["ok"] is False and doc["exit_code"] == 5
+    data = doc["data"]
+    first = data["findings"][0]
+    assert first["status"] == "fail" and first["gpu"] == 0 and first["id"] in {"gpu.ecc", "gpu.remapped_rows"}
+    assert first["fix"]
+    statuses = [f["status"] for f in data["findings"]]
+    assert statuses == sorted(statuses, key=lambda s: s != "fail"), "failures come before warnings"
+    assert data["summary"].startswith(f"{data['counts']['fail']} failed")
+    assert by_id(doc)[("gpu.ecc", 0)]["evidence"]  # the raw counts behind the verdict
+
+
+def test_persistence_off_is_a_finding_with_its_command(tmp_path: Path) -> None:
+    code, doc, _, err = doctor(scenarios.persistence_off(), tmp_path, "--json", "--only", "gpu")
+    assert code in (0, 5), err
+    found = [f for f in doc["data"]["findings"] if f["id"] == "gpu.persistence_mode"]
+    assert {f["gpu"] for f in found} == {0, 1}
+    assert all("nvidia-smi -pm 1" in f["fix"] or "nvidia-persistenced" in f["fix"] for f in found)
+
+
+def test_a_cpu_only_torch_on_a_gpu_box_fails_the_driver_group(tmp_path: Path) -> None:
+    # The test environment's torch is the CPU build: on a box with GPUs that is the finding.
+    code, doc, _, err = doctor(scenarios.healthy(1), tmp_path, "--json", "--only", "driver")
+    assert code == 5, err
+    build = by_id(doc)[("driver.torch_build", None)]
+    assert build["status"] == "fail"
+    assert "download.pytorch.org/whl/cu" in build["fix"]
+    assert doc["data"]["facts"]["torch"]["cuda_build"] is None
+    assert doc["data"]["facts"]["system"]["driver_version"] == "550.54.15"
+
+
+def test_transfer_benchmarks_skip_with_the_reason_when_torch_has_no_cuda(tmp_path: Path) -> None:
+    code, doc, _, err = doctor(scenarios.healthy(1), tmp_path, "--json", "--only", "transfer")
+    assert code == 0, err
+    transfer = [c for c in doc["data"]["checks"] if c["category"] == "transfer"]
+    assert transfer and all(c["status"] == "skip" and c["detail"] for c in transfer)
+    [result] = doc["data"]["benchmarks"]["transfer"]
+    assert result["gpu"] == 0 and result["error"]
+    assert result["h2d_pinned"]["gb_per_s"] is None  # explicit null, never 0
+
+
+def test_gpu_groups_asked_for_on_a_box_without_gpus_exit_3(tmp_path: Path) -> None:
+    code, doc, _, err = doctor(None, tmp_path, "--json", "--only", "gpu,pcie")
+    assert code == 3, err
+    assert doc["exit_code"] == 3 and doc["ok"] is False
+    assert any("no GPU was found" in n for n in doc["data"]["notes"])
+
+
+def test_without_gpus_the_whole_run_still_reports_the_host(tmp_path: Path) -> None:
+    code, doc, _, err = doctor(None, tmp_path, "--json")
+    data = doc["data"]
+    failed = [c for c in data["checks"] if c["status"] == "fail"]
+    assert code == (5 if failed else 0), err
+    categories = {c["category"] for c in data["checks"]}
+    assert {"driver", "host", "transfer"} <= categories
+    assert by_id(doc)[("driver.nvml", None)]["status"] == "skip"  # no driver and no GPU: nothing wrong
+    assert all(c["detail"] for c in data["checks"] if c["status"] == "skip"), "a skip always says why"
+
+
+def test_the_human_report_leads_with_the_summary_then_the_ranked_fixes(tmp_path: Path) -> None:
+    code, _, out, err = doctor(scenarios.ecc_errors(), tmp_path, "--only", "gpu", "--no-color")
+    assert code == 5, err
+    lines = out.splitlines()
+    assert lines[0].startswith("gpubox doctor (quick): ") and " failed" in lines[0]
+    assert "Findings, most urgent first" in out
+    assert out.index("Findings, most urgent first") < out.index("Every check")
+    assert "\x1b[" not in out
+
+
+def test_data_reads_are_measured_for_a_folder(tmp_path: Path) -> None:
+    data = tmp_path / "dataset"
+    data.mkdir()
+    for i in range(5):
+        (data / f"shard-{i}.bin").write_bytes(bytes([i]) * 200_000)
+    code, doc, _, err = doctor(None, tmp_path, "--json", "--only", "data", "--data", str(data))
+    assert code in (0, 5), err
+    checks = by_id(doc)
+    assert checks[("data.read", None)]["status"] in {"ok", "warn"}
+    assert checks[("data.read", None)]["evidence"]
+    assert checks[("data.filesystem", None)]["status"] in {"ok", "warn"}
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--only", "bogus"], "--only: unknown group 'bogus'"),
+        (["--only", ","], "--only: name at least one group"),
+        (["--gpu", "x"], "--gpu: expected GPU indexes"),
+        (["--gpu", "-1"], "--gpu: GPU indexes start at 0"),
+        (["--only", "transfer", "--gpu", "5"], "--gpu: no GPU 5 on this box"),
+        (["--python", "/nonexistent/python3"], "--python /nonexistent/python3"),
+        (["--data", "/nonexistent/dataset"], "/nonexistent/dataset"),
+        (["loader", "no_colon_here"], "MODULE:FACTORY"),
+        (["loader", "gpubox_no_such_module:make"], "gpubox_no_such_module"),
+        (["loader", "tests/doctor/loader_targets.py:fast", "--device", "tpu"], "--device"),
+    ],
+)
+def test_bad_input_is_one_line_and_exit_code_2(tmp_path: Path, args: list[str], message: str) -> None:
+    code, _, out, err = doctor(scenarios.healthy(1), tmp_path, *args)
+    assert code == 2, (out, err)
+    assert err.count("\n") == 1 and err.startswith("gpubox: ") and message in err, err
+    assert "Traceback" not in err and out == ""
+
+
+def test_bad_input_with_json_still_prints_an_envelope(tmp_path: Path) -> None:
+    code, doc, _, _ = doctor(scenarios.healthy(1), tmp_path, "--json", "--only", "bogus")
+    assert code == 2
+    assert doc["ok"] is False and doc["data"] is None and "unknown group" in doc["errors"][0]
+
+
+def test_an_empty_dataset_folder_is_a_usage_error(tmp_path: Path) -> None:
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    code, _, _, err = doctor(None, tmp_path, "--data", str(empty))
+    assert code == 2 and err.startswith("gpubox: ") and err.count("\n") == 1, err
