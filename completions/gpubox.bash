@@ -22,7 +22,7 @@ _gpubox() {
         case "$path" in
             "gpubox")
                 case "$word" in
-                top | run | queue | daemon) path+=" $word" ;;
+                top | run | queue | daemon | doctor) path+=" $word" ;;
                 esac ;;
             "gpubox top")
                 case "$word" in
@@ -72,11 +72,20 @@ _gpubox() {
                 case "$word" in
                 --timeout) skip=1 ;;
                 esac ;;
+            "gpubox doctor")
+                case "$word" in
+                loader) path+=" $word" ;;
+                --python | --data | --only | -g | --gpu) skip=1 ;;
+                esac ;;
+            "gpubox doctor loader")
+                case "$word" in
+                --python | --device | --max-workers | --budget) skip=1 ;;
+                esac ;;
         esac
     done
     case "$path" in
         "gpubox")
-            words='-V --version -h --help top run queue daemon'
+            words='-V --version -h --help top run queue daemon doctor'
             ;;
         "gpubox top")
             case "$prev" in
@@ -183,6 +192,25 @@ _gpubox() {
                 --timeout) COMPREPLY=(); return ;;
             esac
             words='--timeout -h --help'
+            ;;
+        "gpubox doctor")
+            case "$prev" in
+                --python) COMPREPLY=(); return ;;
+                --data) mapfile -t COMPREPLY < <(compgen -f -- "$cur"); return ;;
+                --only) COMPREPLY=(); return ;;
+                -g | --gpu) COMPREPLY=(); return ;;
+            esac
+            words='--full --quick --json --python --data --only -g --gpu -v --verbose --no-color -h --help loader'
+            ;;
+        "gpubox doctor loader")
+            case "$prev" in
+                --python) COMPREPLY=(); return ;;
+                --device) COMPREPLY=(); return ;;
+                --max-workers) COMPREPLY=(); return ;;
+                --budget) COMPREPLY=(); return ;;
+            esac
+            words='--full --quick --json --python --device --max-workers --budget --no-color -h --help'
+            arg_kind=none
             ;;
     esac
     # An option, or a command that takes no argument: its options and subcommands.

@@ -19,7 +19,7 @@ function __gpubox_path --description 'The gpubox command path on the command lin
         switch $path
             case 'gpubox'
                 switch $word
-                    case top run queue daemon
+                    case top run queue daemon doctor
                         set path "$path $word"
                 end
             case 'gpubox top'
@@ -82,6 +82,18 @@ function __gpubox_path --description 'The gpubox command path on the command lin
                     case --timeout
                         set skip 1
                 end
+            case 'gpubox doctor'
+                switch $word
+                    case loader
+                        set path "$path $word"
+                    case --python --data --only -g --gpu
+                        set skip 1
+                end
+            case 'gpubox doctor loader'
+                switch $word
+                    case --python --device --max-workers --budget
+                        set skip 1
+                end
         end
     end
     echo -- $path
@@ -96,6 +108,7 @@ complete -c gpubox -n "__gpubox_at 'gpubox'" -a top -d 'Every GPU and GPU proces
 complete -c gpubox -n "__gpubox_at 'gpubox'" -a run -d 'Run a command with the dataloader probe attached, so `gpubox top` shows its loader_wait'
 complete -c gpubox -n "__gpubox_at 'gpubox'" -a queue -d 'A local queue that runs training, quantization and inference jobs on the GPUs'
 complete -c gpubox -n "__gpubox_at 'gpubox'" -a daemon -d 'The queue daemon: starts jobs as GPUs free up (clients start it when it is not running)'
+complete -c gpubox -n "__gpubox_at 'gpubox'" -a doctor -d 'Check the box and its data pipeline; say what to change first'
 complete -c gpubox -n "__gpubox_at 'gpubox'" -s V -l version -d 'Print the version and exit.'
 complete -c gpubox -n "__gpubox_at 'gpubox'" -s h -l help -d 'Show this message and exit.'
 complete -c gpubox -n "__gpubox_at 'gpubox top'" -l once -d 'Print one snapshot and exit.'
@@ -176,3 +189,21 @@ complete -c gpubox -n "__gpubox_at 'gpubox daemon status'" -l json -d 'Print one
 complete -c gpubox -n "__gpubox_at 'gpubox daemon status'" -s h -l help -d 'Show this message and exit.'
 complete -c gpubox -n "__gpubox_at 'gpubox daemon stop'" -l timeout -x -d 'Seconds to wait for it to exit.'
 complete -c gpubox -n "__gpubox_at 'gpubox daemon stop'" -s h -l help -d 'Show this message and exit.'
+complete -c gpubox -n "__gpubox_at 'gpubox doctor'" -a loader -d 'Measure a DataLoader: its batches per second alone, with the copy to the GPU, against the step\'s rate; sweep num_workers, pin_memory, prefetch_factor and persistent_workers within a time budget; say whether the job is input-bound, the best setting found, and the most that fixing the input can speed it up (1/(1-f), f the share of time the step waits for data)'
+complete -c gpubox -n "__gpubox_at 'gpubox doctor'" -l full -l quick -d '--quick (default): a short run; --full: more repetitions and settings.'
+complete -c gpubox -n "__gpubox_at 'gpubox doctor'" -l json -d 'Print one JSON document (schema 1) instead of text.'
+complete -c gpubox -n "__gpubox_at 'gpubox doctor'" -l python -x -d 'Benchmark with this interpreter (your training environment\'s).'
+complete -c gpubox -n "__gpubox_at 'gpubox doctor'" -l data -r -F -d 'Also measure reads of this dataset (a file or folder).'
+complete -c gpubox -n "__gpubox_at 'gpubox doctor'" -l only -x -d 'Only these groups: driver, gpu, pcie, host, data, transfer (comma-separated).'
+complete -c gpubox -n "__gpubox_at 'gpubox doctor'" -s g -l gpu -x -d 'Benchmark these GPUs, as 0,2 (default: --quick the first, --full all).'
+complete -c gpubox -n "__gpubox_at 'gpubox doctor'" -s v -l verbose -d 'List every check, also the ones that passed.'
+complete -c gpubox -n "__gpubox_at 'gpubox doctor'" -l no-color -d 'No colour, even on a terminal.'
+complete -c gpubox -n "__gpubox_at 'gpubox doctor'" -s h -l help -d 'Show this message and exit.'
+complete -c gpubox -n "__gpubox_at 'gpubox doctor loader'" -l full -l quick -d '--quick (default): a short run; --full: more repetitions and settings.'
+complete -c gpubox -n "__gpubox_at 'gpubox doctor loader'" -l json -d 'Print one JSON document (schema 1) instead of text.'
+complete -c gpubox -n "__gpubox_at 'gpubox doctor loader'" -l python -x -d 'Benchmark with this interpreter (your training environment\'s).'
+complete -c gpubox -n "__gpubox_at 'gpubox doctor loader'" -l device -x -d 'auto (a GPU when there is one), cpu, or cuda:N.'
+complete -c gpubox -n "__gpubox_at 'gpubox doctor loader'" -l max-workers -x -d 'Try num_workers up to N (default: usable CPUs).'
+complete -c gpubox -n "__gpubox_at 'gpubox doctor loader'" -l budget -x -d 'Time for the whole sweep (default: 20 --quick, 90 --full).'
+complete -c gpubox -n "__gpubox_at 'gpubox doctor loader'" -l no-color -d 'No colour, even on a terminal.'
+complete -c gpubox -n "__gpubox_at 'gpubox doctor loader'" -s h -l help -d 'Show this message and exit.'

@@ -71,8 +71,8 @@ def _parse_seconds(raw: object) -> float:
 
 def _parse_threshold(raw: object) -> float:
     value = _number(raw, "a number")
-    if not 0 <= value <= 1e12:
-        raise ValueError(f"must be a number from 0 up, got {raw!r}")
+    if not 0 <= value < float("inf"):  # NaN fails too
+        raise ValueError(f"must be a number, 0 or more, got {raw!r}")
     return value
 
 
@@ -101,7 +101,7 @@ SCHEMA: dict[str, tuple[Callable[[object], Any], Any]] = {
     "queue.preempt": (_parse_bool, False),  # stop batch jobs to make room for waiting infer jobs
     "queue.kill_grace": (_parse_seconds, 10.0),  # seconds between SIGTERM and SIGKILL when a job is stopped
     "queue.poll_interval": (_parse_seconds, 2.0),  # how often the daemon looks again at GPUs and jobs
-    # The doctor's thresholds (gpubox/doctor/thresholds.py, docs/doctor.md): a test keeps them equal.
+    # The doctor's thresholds, from gpubox/doctor/thresholds.py (docs/doctor.md gives their sources).
     **{key: (_parse_threshold, default) for key, default in _DOCTOR_DEFAULTS.items()},
 }
 

@@ -475,6 +475,7 @@ def _subcommands(node: Node) -> list[str]:
 def _settings(node: Node) -> list[tuple[str, str]]:
     """(environment variable, description) of the settings that concern this page's command."""
     from gpubox.config import SCHEMA, env_name
+    from gpubox.doctor.thresholds import HELP as DOCTOR_HELP
 
     command = node.path[1] if len(node.path) > 1 else None
     rows = []
@@ -482,7 +483,7 @@ def _settings(node: Node) -> list[tuple[str, str]]:
         scope = key.partition(".")[0] if "." in key else None
         if command is None or scope in (None, command):
             shown = str(default).lower() if isinstance(default, bool) else str(default)
-            help_text = SETTING_HELP.get(key, f"The setting \\fB{key}\\fR.")
+            help_text = SETTING_HELP.get(key) or DOCTOR_HELP.get(key) or f"The setting \\fB{key}\\fR."
             rows.append((env_name(key), f"{help_text} Setting \\fB{key}\\fR; default {shown}."))
     return rows
 

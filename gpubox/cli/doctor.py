@@ -16,7 +16,6 @@ if TYPE_CHECKING:
     from gpubox.doctor.thresholds import Thresholds
 
 app = typer.Typer(
-    help="Check the box and the data pipeline; say what to change, most urgent first.",
     invoke_without_command=True,
     rich_markup_mode=None,
 )
@@ -61,8 +60,10 @@ def doctor(
     ] = False,
     no_color: NO_COLOR = False,
 ) -> None:
-    """Check the driver, the GPUs, the PCIe links and the host, benchmark copies to the GPU, and
-    turn what was measured into findings ranked by impact, each with its fix.
+    """Check the box and its data pipeline; say what to change first.
+
+    Checks the driver, the GPUs, the PCIe links and the host, benchmarks copies to the GPU, and
+    turns what was measured into findings ranked by impact, each with its evidence and its fix.
 
     Checks: the driver and torch's CUDA build; persistence, ECC, row remapping, clock throttling
     under load, power limit and temperature of each GPU; each PCIe link under load against its
@@ -109,6 +110,10 @@ def loader(
     max_workers: Annotated[
         int | None, typer.Option("--max-workers", metavar="N", help="Try num_workers up to N (default: usable CPUs).")
     ] = None,
+    budget: Annotated[
+        float | None,
+        typer.Option("--budget", metavar="SECONDS", help="Time for the whole sweep (default: 20 --quick, 90 --full)."),
+    ] = None,
     no_color: NO_COLOR = False,
 ) -> None:
     """Measure a DataLoader: its batches per second alone, with the copy to the GPU, against the
@@ -123,7 +128,12 @@ def loader(
 
     try:
         options = LoaderOptions.parse(
-            target, mode="full" if full else "quick", python=python, device=device, max_workers=max_workers
+            target,
+            mode="full" if full else "quick",
+            python=python,
+            device=device,
+            max_workers=max_workers,
+            budget_s=budget,
         )
         report, code = examine_loader(options, _thresholds())
     except GpuboxError as exc:

@@ -96,7 +96,9 @@ def input_bound_check(bench: LoaderBench, v: LoaderVerdict, t: Thresholds) -> Ch
         )
         return skipped("loader.input_bound", title, "loader", why)
     feed_words = "with the copy to the GPU" if bench.device_kind == "cuda" else "alone"
-    detail = f"the loader gives {_r(v.feed_rate)} batches/s {feed_words}, the step alone takes {_r(v.step_rate)}"
+    detail = (
+        f"the loader gives {_r(v.feed_rate)} batches/s {feed_words}, the step alone runs {_r(v.step_rate)} batches/s"
+    )
     if v.rate_ratio is not None:
         detail += f" ({v.rate_ratio:.2f}x)" if v.rate_ratio >= 0.01 else " (under 0.01x)"
     if v.wait_fraction is not None:
