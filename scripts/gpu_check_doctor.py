@@ -1,10 +1,11 @@
 """Checks `gpubox doctor` on a machine with an NVIDIA GPU.
 
-Run through scripts/gpu-check.sh. `gpubox doctor --json --full` must run its copy benchmarks on
-GPU 0; its pinned host-to-device and device-to-host figures must agree within 10% with a plain
-loop of CUDA-event-timed copies in torch, run here; pinned must beat pageable; the link must be
-seen under load. `gpubox doctor loader` on the example must run on the GPU, copy batches there
-and find the example input-bound. Prints what it measured; exit 0 when every check passes.
+Run through scripts/gpu-check.sh. `gpubox doctor --json` (--quick) must take under 30 s.
+`gpubox doctor --json --full` must run its copy benchmarks on GPU 0; its pinned host-to-device
+and device-to-host figures must agree within 10% with a plain loop of CUDA-event-timed copies
+in torch, run here; pinned must beat pageable; the link must be seen under load. `gpubox
+doctor loader` on the example must run on the GPU, copy batches there and find the example
+input-bound. Prints what it measured; exit 0 when every check passes.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import json
 import statistics
 import subprocess
 import sys
+import time
 from typing import Any
 
 NBYTES = 256 * 1024 * 1024
@@ -59,6 +61,12 @@ def main() -> int:
         print(("ok   " if ok else "FAIL ") + what)
         if not ok:
             failures.append(what)
+
+    started = time.monotonic()
+    code, doc = gpubox("doctor", "--json")
+    took = time.monotonic() - started
+    print(f"doctor --quick exit {code} in {took:.1f} s: {doc['data']['summary'] if doc['data'] else doc['errors']}")
+    expect(took < 30, f"doctor --quick takes under 30 s on a GPU box ({took:.1f} s)")
 
     code, doc = gpubox("doctor", "--json", "--full", "--gpu", "0")
     data = doc["data"]
