@@ -11,6 +11,7 @@ input-bound. Prints what it measured; exit 0 when every check passes.
 from __future__ import annotations
 
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -70,11 +71,16 @@ def main() -> int:
 
     code, doc = gpubox("doctor", "--json", "--full", "--gpu", "0")
     data = doc["data"]
+    if data is None:
+        expect(False, f"doctor --full gave a report ({doc['errors']})")
+        return 1
     print(f"doctor exit {code}: {data['summary']}")
     for finding in data["findings"]:
         print(f"  {finding['status']:4} {finding['id']} gpu={finding['gpu']}: {finding['detail']}")
     [result] = [r for r in data["benchmarks"]["transfer"] if r["gpu"] == 0]
     expect(result["error"] is None, f"the benchmark ran on GPU 0 ({result['error']})")
+    if result["affinity_cpus"]:  # the same NUMA node as the doctor's buffers, or 10% means nothing
+        os.sched_setaffinity(0, result["affinity_cpus"])
     plain = plain_copies()
     for name in ("h2d_pinned", "d2h_pinned"):
         ours = result[name]["gb_per_s"] or 0.0
@@ -85,17 +91,23 @@ def main() -> int:
         expect(ours > pageable, f"{name} ({ours:.1f} GB/s) faster than pageable ({pageable:.1f} GB/s)")
     link = result["link_now"]
     expect(link is not None, f"the link was seen under load ({link})")
-    print(f"  d2d traffic {result['d2d']['traffic_gb_per_s']} GB/s; matmul {result['matmul']['tflops']} TFLOPS")
-    expect(data["facts"]["samples"] > 0, "NVML link samples were taken during the copies")
+    d2d, matmul = result["d2d"], result["matmul"]
+    print(f"  d2d traffic {d2d['traffic_gb_per_s']} GB/s; matmul {matmul['tflops']} TFLOPS ({matmul['dtype']})")
+    memory, peak = d2d["memory_fraction"] or 0.0, matmul["peak_fraction"] or 0.0
+    expect(0.5 <= memory <= 1.05, f"device copies reach 50-105% of the datasheet memory bandwidth ({memory:.0%})")
+    expect(0.4 <= peak <= 1.05, f"the bf16 matmul reaches 40-105% of the datasheet peak ({peak:.0%})")
 
     code, doc = gpubox(
         "doctor", "loader", "examples/doctor/slow_loader.py:make", "--json", "--device", "cuda:0", timeout=180
     )
-    facts = doc["data"]["facts"] if doc["data"] else {}
-    print(f"doctor loader exit {code}: {doc['data']['summary'] if doc['data'] else doc['errors']}")
+    if doc["data"] is None:
+        expect(False, f"doctor loader gave a report ({doc['errors']})")
+        return 1
+    facts = doc["data"]["facts"]
+    print(f"doctor loader exit {code}: {doc['data']['summary']}")
     device = str(facts.get("device", {}).get("name"))
     expect(device.startswith("cuda"), f"the loader benchmark ran on the GPU ({device})")
-    rows = (doc["data"]["benchmarks"].get("loader") or []) if doc["data"] else []
+    rows = doc["data"]["benchmarks"].get("loader") or []
     expect(any(r.get("copy_per_s") for r in rows), "batches were copied to the GPU")
     expect(bool(facts.get("verdict", {}).get("input_bound")), "the slow example is found input-bound")
 

@@ -71,7 +71,7 @@ def doctor(
     CPU governor, memlock, memory and environment variables of the host; with --data, cold and
     warm reads of a dataset and its filesystem. Benchmarks (torch, in the interpreter --python
     names): host-to-device and device-to-host copies, pinned and pageable, against the link's
-    theoretical bandwidth; with --full also device-to-device copies and a matmul.
+    theoretical bandwidth, and copies within GPU memory; with --full also a matmul, on every GPU.
 
     Thresholds are doctor.* settings in the config file (docs/doctor.md). Exit codes: 0 nothing
     failed, 5 a check failed, 3 no GPU found when GPU groups were asked for with --only, 2 bad

@@ -9,6 +9,7 @@ import contextlib
 import ctypes
 import mmap
 import os
+import stat
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -66,11 +67,20 @@ def sample_files(root: Path, max_files: int = MAX_FILES, max_listed: int = MAX_L
 
 
 def _readable(path: Path) -> bool:
+    """A regular, non-empty file that gives a first byte. A FIFO or a device would block the read
+    (or never end), so anything else is left out, and the open does not wait for a writer."""
     try:
-        with open(path, "rb") as fh:
-            return os.fstat(fh.fileno()).st_size > 0 and fh.read(1) != b""
+        if not stat.S_ISREG(os.stat(path).st_mode):
+            return False
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError:
         return False
+    try:
+        return stat.S_ISREG(os.fstat(fd).st_mode) and os.fstat(fd).st_size > 0 and os.read(fd, 1) != b""
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
 
 
 def drop_cached(path: Path, length: int) -> tuple[int, int] | None:

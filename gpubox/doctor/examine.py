@@ -47,6 +47,8 @@ class DoctorOptions:
             raise GpuboxError("--only: name at least one group", ExitCode.USAGE)
         if data is not None and groups:
             groups = groups | {"data"}  # --data asks for the data group by itself
+        if "data" in groups and data is None:
+            raise GpuboxError("--only data: name the dataset with --data PATH", ExitCode.USAGE)
         chosen: tuple[int, ...] | None = None
         if gpus is not None:
             try:
@@ -61,13 +63,22 @@ class DoctorOptions:
 
             interpreter = check_interpreter(python)
         if data is not None:
-            from gpubox.doctor.data_checks import sample_files
-
-            sample_files(data)  # a path with nothing to read is a usage error now, not a warning later
+            _check_dataset(data)
         return cls(mode=mode, python=interpreter, data=data, only=groups, gpus=chosen)
 
     def wants(self, group: str) -> bool:
         return not self.only or group in self.only
+
+
+def _check_dataset(data: Path) -> None:
+    """A path with nothing to read is a usage error now, not a warning later; a listing that hangs (a
+    stalled network mount) is an error after a while, not a hang."""
+    from gpubox.doctor.data_checks import sample_files
+
+    try:
+        within(DATA_TIMEOUT_S["quick"], lambda: sample_files(data))
+    except TimedOut as exc:
+        raise GpuboxError(f"--data: listing {data} {exc} (a stalled network mount?)", ExitCode.FAILED) from None
 
 
 @dataclass
@@ -100,6 +111,8 @@ def _examine(
     benchmarks: dict[str, Any] = {}
     facts = _facts(nvml)
     gpu_work = any(options.wants(g) for g in ("transfer", "gpu", "pcie"))
+    chosen = _chosen_gpus(options, facts) if facts.gpus else []  # a bad --gpu stops the run before any work
+    no_gpu_but_asked = bool(options.only & GPU_CATEGORIES or options.gpus is not None) and not facts.gpus
     torch: TorchFacts | None = None
     if options.wants("driver") or options.wants("transfer"):
         from gpubox.doctor.torch_facts import read_torch_facts
@@ -124,7 +137,7 @@ def _examine(
             facts=facts,
             torch=torch,
             t=t,
-            gpus=_chosen_gpus(options, facts),
+            gpus=chosen,
             nvml=nvml,
             view=view,
             samples=samples,
@@ -133,13 +146,14 @@ def _examine(
         checks += run.checks
         notes += run.notes
         benchmarks["transfer"] = list(run.results)
+    else:
+        benchmarks["transfer"] = None  # a stable key: null when the copies were not asked for
     if options.wants("gpu") or options.wants("pcie"):
         gpu_part = guarded("gpu", "GPU health", "gpu", FACTS_TIMEOUT_S, lambda: _gpu(facts, samples, t))
         checks += [c for c in gpu_part if options.wants(c.category) or c.id.endswith(".error")]
     if options.data is not None and options.wants("data"):
         data = options.data
         checks += guarded("data", "Dataset reads", "data", DATA_TIMEOUT_S[options.mode], lambda: _data(data, t, view))
-    no_gpu_but_asked = bool(options.only & GPU_CATEGORIES) and not facts.gpus
     if no_gpu_but_asked:
         notes.append(f"GPU checks were asked for, but no GPU was found: {facts.nvml_error or 'NVML lists none'}")
     elif gpu_work and not facts.gpus:

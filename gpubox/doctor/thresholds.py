@@ -36,7 +36,6 @@ class Thresholds:
     # Transfers, against the link's theoretical bandwidth
     transfer_warn_fraction: float = _setting(0.7, "Pinned copies below this share of the link warn.")
     transfer_fail_fraction: float = _setting(0.4, "Pinned copies below this share of the link fail.")
-    pageable_warn_ratio: float = _setting(0.5, "Pageable copies below this share of pinned warn.")
     d2d_warn_fraction: float = _setting(0.5, "Copies within GPU memory below this share of its bandwidth warn.")
     matmul_warn_fraction: float = _setting(0.4, "A bf16 matmul below this share of the GPU's peak warns.")
     # Data and loader

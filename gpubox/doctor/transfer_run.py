@@ -5,7 +5,7 @@ thread meanwhile, so the copies are judged against the link as it ran under load
 from __future__ import annotations
 
 import threading
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -137,19 +137,36 @@ def _one(
     if MATMUL_N[mode]:
         args += ["--matmul", str(MATMUL_N[mode])]
     sampler = _sampler(nvml, gpu.index)
+    taken: list[LinkSample] = []
     try:
-        with _Sampling(sampler, samples):
+        with _Sampling(sampler, taken):
             run = run_script(SCRIPT, args, python=python, timeout_s=TIMEOUT_S[mode], env=environment_for(gpu.uuid, env))
     finally:
         if sampler is not None:
             sampler.close()
     if not run.ok or run.data is None:
         return failed_transfer(run.failure or "the benchmark gave no answer", gpu=gpu.index, gpu_name=gpu.name), note
-    window = copy_window(run.data)
+    window = load_window(run.data)
+    # Only what NVML saw while the copies and the matmul ran counts as "under load": torch's import and
+    # CUDA's start-up leave the GPU idle, and idle clocks and links are low on purpose.
+    samples.extend(s for s in taken if window is not None and window[0] <= s.at <= window[1])
     since, until = window if window else (None, None)
     link_now = link_under_load(samples, gpu.index, since, until)
     link_max = PcieLink.of(gpu.pcie_gen_max, gpu.pcie_width_max)
     return transfer_result(run.data, gpu=gpu.index, link_now=link_now, link_max=link_max, gpu_name=gpu.name), note
+
+
+def load_window(data: Mapping[str, Any]) -> tuple[float, float] | None:
+    """(start, end) of the timed copies and the matmul on the system's monotonic clock, or None."""
+    spans = [w for w in (copy_window(data), _span(data.get("matmul"))) if w is not None]
+    return (min(w[0] for w in spans), max(w[1] for w in spans)) if spans else None
+
+
+def _span(entry: Any) -> tuple[float, float] | None:
+    if not isinstance(entry, Mapping):
+        return None
+    start, end = entry.get("started_at"), entry.get("ended_at")
+    return (float(start), float(end)) if isinstance(start, float) and isinstance(end, float) else None
 
 
 def _numa_cpus(view: Any, gpu: GpuFacts) -> tuple[frozenset[int] | None, str | None]:
@@ -161,7 +178,7 @@ def _numa_cpus(view: Any, gpu: GpuFacts) -> tuple[frozenset[int] | None, str | N
 
     try:
         numa = gpu_numa_cpus(view, gpu.pci_bus_id)
-    except OSError as exc:
+    except (OSError, ValueError) as exc:  # unreadable or garbled sysfs and cgroup files
         return None, f"GPU {gpu.index}: host buffers not placed on its NUMA node ({exc})"
     return (numa.cpus or None), None
 

@@ -4,6 +4,7 @@ the JSON envelope, the exit codes (0, 5, 3, 2), the human report and one line fo
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -95,6 +96,9 @@ def test_gpu_groups_asked_for_on_a_box_without_gpus_exit_3(tmp_path: Path) -> No
     assert code == 3, err
     assert doc["exit_code"] == 3 and doc["ok"] is False
     assert any("no GPU was found" in n for n in doc["data"]["notes"])
+    code, doc, _, err = doctor(None, tmp_path, "--json", "--only", "transfer", "--gpu", "0")
+    assert code == 3, err  # a GPU named on a box without GPUs: no GPU, not a typo
+    assert doc["data"]["benchmarks"]["transfer"][0]["error"]
 
 
 def test_without_gpus_the_whole_run_still_reports_the_host(tmp_path: Path) -> None:
@@ -123,12 +127,15 @@ def test_data_reads_are_measured_for_a_folder(tmp_path: Path) -> None:
     data.mkdir()
     for i in range(5):
         (data / f"shard-{i}.bin").write_bytes(bytes([i]) * 200_000)
+    os.mkfifo(data / "a-fifo")  # a FIFO among the files must not hang the reads
     code, doc, _, err = doctor(None, tmp_path, "--json", "--only", "data", "--data", str(data))
     assert code in (0, 5), err
     checks = by_id(doc)
     assert checks[("data.read", None)]["status"] in {"ok", "warn"}
     assert checks[("data.read", None)]["evidence"]
     assert checks[("data.filesystem", None)]["status"] in {"ok", "warn"}
+    assert checks[("data.read", None)]["evidence"]["files"] == 5
+    assert doc["data"]["benchmarks"] == {"transfer": None}  # a stable key, null when not run
 
 
 @pytest.mark.parametrize(
@@ -141,6 +148,7 @@ def test_data_reads_are_measured_for_a_folder(tmp_path: Path) -> None:
         (["--only", "transfer", "--gpu", "5"], "--gpu: no GPU 5 on this box"),
         (["--python", "/nonexistent/python3"], "--python /nonexistent/python3"),
         (["--data", "/nonexistent/dataset"], "/nonexistent/dataset"),
+        (["--only", "data"], "--only data: name the dataset with --data PATH"),
         (["loader", "no_colon_here"], "MODULE:FACTORY"),
         (["loader", "gpubox_no_such_module:make"], "gpubox_no_such_module"),
         (["loader", "tests/doctor/loader_targets.py:fast", "--device", "tpu"], "--device"),

@@ -151,9 +151,10 @@ def test_throttling_under_load(nvml: Nvml) -> None:
     brake = checks["gpu.clock_events", 1]
     assert (brake.status, brake.value) == ("fail", {"hw_power_brake_slowdown": 1.0})
     assert_concrete(brake, "power brake", "power supplies")
+    # Heavy kernels run at the (default) power limit by design: worth a word, not a warning.
     cap = checks["gpu.clock_events", 2]
-    assert (cap.status, cap.value, cap.impact) == ("warn", {"sw_power_cap": 1.0}, 0.1)
-    assert_concrete(cap, "nvidia-smi -q -d POWER -i 2")
+    assert (cap.status, cap.value, cap.impact) == ("ok", {"sw_power_cap": 1.0}, 0.0)
+    assert "ran at its power limit" in cap.detail and "gpu.power_limit" in cap.detail
     assert {c.status for (id, _), c in checks.items() if id != "gpu.clock_events"} == {"ok"}
 
 
@@ -318,9 +319,22 @@ def test_ecc_modes() -> None:
 
 
 def test_a_hardware_slowdown_now_and_then_warns() -> None:
-    c = one(H100, "gpu.clock_events", loaded(*[0] * 19, 0x8))
-    assert (c.status, c.value) == ("warn", {"hw_slowdown": 0.05})
-    assert c.impact == pytest.approx(0.025)
+    c = one(H100, "gpu.clock_events", loaded(*[0] * 23, 0x8, 0x8))
+    assert (c.status, c.value) == ("warn", {"hw_slowdown": 0.08})
+    assert c.impact == pytest.approx(0.04)
+    thermal = one(H100, "gpu.clock_events", loaded(*[0] * 19, 0x40))
+    assert (thermal.status, thermal.impact) == ("warn", pytest.approx(0.025))
+
+
+def test_a_lone_hw_slowdown_bit_is_a_clock_change_not_a_slowdown() -> None:
+    # NVML sets the bare hw_slowdown bit for a moment during a P-state or clock change, as when a
+    # benchmark wakes the GPU: one sample with it is no finding, however few samples there are.
+    for masks in ((0x8, 0, 0, 0, 0), (0, 0, 0x8, 0, 0x8), (0x1, 0x8, 0, 0)):
+        c = one(H100, "gpu.clock_events", loaded(*masks))
+        assert c.status == "ok", masks
+        assert c.value["hw_slowdown"] > 0  # still reported in the figures
+    held = one(H100, "gpu.clock_events", loaded(0, 0x8, 0x8, 0, 0))
+    assert (held.status, held.evidence["shares"]["hw_slowdown"]) == ("fail", 0.4)
 
 
 def test_a_hardware_slowdown_at_rest_fails_without_a_benchmark() -> None:
@@ -336,7 +350,7 @@ def test_power_cap_counts_only_at_full_load_and_idle_reasons_are_fine() -> None:
     assert benign.status == "ok"
     assert benign.detail.endswith(": none holds speed back")
     unknown_busy = one(H100, "gpu.clock_events", loaded(0x4, 0x4, busy=None))
-    assert unknown_busy.status == "warn"
+    assert unknown_busy.status == "ok" and "ran at its power limit" in unknown_busy.detail
     thermal = one(H100, "gpu.clock_events", loaded(0x20, 0))
     assert (thermal.status, thermal.impact) == ("warn", 0.1)
     assert_concrete(thermal, "cooling")

@@ -101,17 +101,26 @@ def test_the_median_ignores_one_slow_repetition() -> None:
     assert result.h2d_pinned.max_s == pytest.approx(0.5) and result.h2d_pinned.min_s == pytest.approx(0.02)
 
 
-def test_gen4_x8_under_a_gen5_gpu_points_at_the_link() -> None:
-    # 12 GB/s: 76% of the Gen4 x8 it ran at, 19% of the Gen5 x16 that GPU and slot allow
+def test_copies_are_judged_against_the_link_they_ran_on() -> None:
+    # 12 GB/s: 76% of the Gen4 x8 it ran at (fine for that link), 19% of the Gen5 x16 that GPU and slot
+    # allow: the link is pcie.link's finding, so the copy is not a second one.
     result = transfer_result(answer(h2d_pinned=1 / 12), gpu=3, link_now=PcieLink(4, 8), link_max=GEN5_X16)
     assert result.h2d_pinned.link_fraction == pytest.approx(12 / PcieLink(4, 8).gb_per_s)  # type: ignore[operator]
     assert result.h2d_pinned.link_max_fraction == pytest.approx(12 / GEN5_X16.gb_per_s)  # type: ignore[operator]
     check = by_id(result)["transfer.h2d_pinned"]
-    assert check.status == "fail" and check.gpu == 3
-    assert "19%" in check.detail and "Gen5 x16" in check.detail and "ran at Gen4 x8 under load" in check.detail
-    assert check.fix is not None and "Reseat" in check.fix
-    assert check.impact == pytest.approx(0.5 * (1 - 12 / GEN5_X16.gb_per_s), abs=1e-3)  # type: ignore[operator]
+    assert check.status == "ok" and check.gpu == 3 and check.impact == 0.0
+    assert "76% of the 15.8 GB/s a Gen4 x8 link carries" in check.detail
+    assert "19% of the 63.0 GB/s at Gen5 x16, see pcie.link" in check.detail
     assert check.evidence["link_under_load"] == "Gen4 x8" and check.evidence["link_max"] == "Gen5 x16"
+
+
+def test_a_slow_copy_on_a_downtrained_link_points_at_the_link() -> None:
+    # 5 GB/s: 32% of the Gen4 x8 it ran at
+    result = transfer_result(answer(h2d_pinned=1 / 5), gpu=3, link_now=PcieLink(4, 8), link_max=GEN5_X16)
+    check = by_id(result)["transfer.h2d_pinned"]
+    assert check.status == "fail" and "ran at Gen4 x8 under load" in check.detail
+    assert check.fix is not None and "Reseat" in check.fix
+    assert check.impact == pytest.approx(0.5 * (1 - 5 / PcieLink(4, 8).gb_per_s), abs=1e-3)  # type: ignore[operator]
 
 
 def test_a_slow_copy_on_a_full_speed_link_points_at_the_host() -> None:
@@ -140,18 +149,14 @@ def test_only_the_maximum_known_is_enough_for_a_verdict() -> None:
     assert check.status == "fail" and "ran at" not in check.detail
 
 
-def test_pinned_much_faster_than_pageable_says_pin_memory() -> None:
+def test_pageable_against_pinned_is_a_figure_with_the_advice_not_a_fault() -> None:
+    # Pageable copies are slower on every box: the figure and what pinning would give, not a warning.
     result = transfer_result(answer(h2d_pinned=1 / 25, h2d_pageable=1 / 10), gpu=0, link_now=GEN4_X16)
     check = by_id(result)["transfer.pageable"]
-    assert check.status == "warn" and check.value == 40.0 and check.unit == "%"
-    assert check.fix is not None and "pin_memory=True" in check.fix and "non_blocking=True" in check.fix
+    assert check.status == "ok" and check.value == 40.0 and check.unit == "%" and check.fix is None
+    assert "pin_memory=True" in check.meaning and "non_blocking=True" in check.meaning
     assert "10.0 GB/s" in check.detail and "25.0 GB/s" in check.detail
-    assert check.impact == pytest.approx(0.3 * 0.6)
-
-
-def test_pageable_close_to_pinned_is_fine() -> None:
-    check = by_id(transfer_result(answer(h2d_pinned=1 / 25, h2d_pageable=1 / 20), gpu=0))["transfer.pageable"]
-    assert check.status == "ok" and check.fix is None and check.value == 80.0
+    assert check.impact == 0.0
 
 
 def test_device_to_device_counts_memory_traffic_twice() -> None:
@@ -292,14 +297,12 @@ def test_limits_the_thresholds_carry_replace_the_defaults() -> None:
     @dataclass(frozen=True)
     class Stricter(Thresholds):
         matmul_warn_fraction: float = 0.8
-        pageable_warn_ratio: float = 0.9
 
     flops = 10**15
     matmul = {"n": 8192, "dtype": "bfloat16", "flops": flops, "seconds": [flops / 700e12]}
     result = transfer_result(answer(matmul=matmul, h2d_pinned=1 / 25, h2d_pageable=1 / 20), gpu=0)
     assert by_id(result)["transfer.matmul"].status == "ok"  # 71% of peak
     assert by_id(result, Stricter())["transfer.matmul"].status == "warn"
-    assert by_id(result, Stricter())["transfer.pageable"].status == "warn"  # 80% of pinned
 
 
 def test_the_copy_window_spans_every_copy() -> None:
