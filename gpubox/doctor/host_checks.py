@@ -8,6 +8,7 @@ import math
 from collections.abc import Callable
 from pathlib import Path
 
+from gpubox.doctor.guard import TimedOut, within
 from gpubox.doctor.host_env import environment_check
 from gpubox.doctor.host_view import (
     HostView,
@@ -54,10 +55,15 @@ def host_checks(view: HostView, facts: SystemFacts, thresholds: Thresholds, *, p
     return checks
 
 
+CHECK_TIMEOUT_S = 5.0  # a statvfs or read that hangs (a stale mount) costs one check, not the report
+
+
 def _safely(id: str, title: str, make: Callable[[], Check]) -> Check:
     # /proc and /sys answer oddly in some containers: that costs one check, not the group.
     try:
-        return make()
+        return within(CHECK_TIMEOUT_S, make)
+    except TimedOut as exc:
+        return Check(id, title, HOST, "warn", f"{title}: {exc}", meaning="What it reads did not answer in time.")
     except (OSError, ValueError) as exc:
         return skipped(id, title, HOST, f"could not read what it needs: {type(exc).__name__}: {exc}")
 

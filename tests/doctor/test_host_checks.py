@@ -447,3 +447,24 @@ def test_garbled_cpuset_costs_only_the_cpu_checks(tree: HostTree) -> None:
     cpus = next(c for c in checks if c.id == "host.usable_cpus")
     assert cpus.status == "skip" and "unreadable" in cpus.detail
     assert next(c for c in checks if c.id == "host.environment").status == "ok"
+
+
+def test_a_check_whose_read_hangs_costs_that_check_only(tree: HostTree, monkeypatch: pytest.MonkeyPatch) -> None:
+    import threading
+
+    import gpubox.doctor.host_checks as host_checks_module
+
+    release = threading.Event()
+
+    def stuck_statvfs(path: str) -> os.statvfs_result:  # /dev/shm on a stale mount
+        release.wait()
+        return fake_statvfs(16 * 1024 * MiB)(path)
+
+    monkeypatch.setattr(host_checks_module, "CHECK_TIMEOUT_S", 0.05)
+    try:
+        checks = {c.id: c for c in host_checks(tree.view(statvfs=stuck_statvfs), facts(), Thresholds())}
+    finally:
+        release.set()
+    assert checks["host.shm_size"].status == "warn" and "did not finish within 0.05 s" in checks["host.shm_size"].detail
+    others = [c for id, c in checks.items() if id != "host.shm_size"]
+    assert len(others) >= 5 and not any("did not finish" in c.detail for c in others)
