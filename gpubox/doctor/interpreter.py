@@ -26,6 +26,7 @@ from gpubox.exit_codes import ExitCode, GpuboxError
 SCRIPTS = Path(__file__).resolve().parent
 DEFAULT_TIMEOUT_S = 120.0
 KILL_WAIT_S = 5.0  # after SIGKILL; a process stuck in the GPU driver may never go
+_PR_SET_PDEATHSIG = 1  # prctl(2): the signal a process gets when its parent ends
 
 
 class InterpreterUnusable(GpuboxError):
@@ -97,6 +98,7 @@ def run_script(
             stderr=subprocess.PIPE,
             env=dict(os.environ if env is None else env),
             start_new_session=True,  # its own process group, so a timeout ends whatever it started
+            preexec_fn=_dies_with_parent(),
         )
     except OSError as exc:  # exists but cannot be executed (not a program, no permission)
         raise InterpreterUnusable(python or interpreter, exc.strerror or str(exc)) from None
@@ -116,6 +118,26 @@ def run_script(
     data = _answer(stdout)
     failure = _failure(what, interpreter, child.returncode, data, stderr)
     return ScriptRun(interpreter, argv, data, failure, child.returncode, clock() - started)
+
+
+def _dies_with_parent() -> Callable[[], None] | None:
+    """A preexec_fn after which the kernel SIGKILLs the child when gpubox ends, even by a SIGTERM
+    that no except clause sees; None without prctl (not Linux). The kernel watches the thread that
+    started the child, and run_script's thread waits for the child, so it outlives it."""
+    from gpubox.queue.proctree import load_libc
+
+    libc = load_libc()
+    prctl = getattr(libc, "prctl", None) if libc else None
+    if prctl is None:
+        return None
+    parent, kill = os.getpid(), int(signal.SIGKILL)  # looked up before the fork: the child only calls
+
+    def preexec() -> None:
+        prctl(_PR_SET_PDEATHSIG, kill, 0, 0, 0)
+        if os.getppid() != parent:  # gpubox ended before prctl took hold: no signal will come
+            os._exit(1)
+
+    return preexec
 
 
 def _kill(child: subprocess.Popen[bytes]) -> bool:
@@ -153,7 +175,7 @@ def _failure(what: str, python: str, code: int, data: Mapping[str, Any] | None, 
                 "pass --python with the interpreter of your training environment"
             )
         if data.get("torch_error"):
-            return f"torch cannot be imported in {python}: {data['torch_error']}"
+            return f"torch is installed in {python} but cannot be imported: {data['torch_error']}"
         error = data.get("error")
         return str(error) if error else None
     last = _last_line(stderr)

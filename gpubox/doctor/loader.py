@@ -11,6 +11,7 @@ The verdict and the checks are in loader_checks.py.
 
 from __future__ import annotations
 
+import math
 import os
 import re
 import sys
@@ -19,11 +20,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpubox.doctor.findings import DoctorReport, exit_code, make_report
+from gpubox.doctor.host_view import HostView, usable_cpus
 from gpubox.doctor.loader_checks import _pct, decide, loader_checks
 from gpubox.doctor.thresholds import Thresholds
 from gpubox.exit_codes import ExitCode, GpuboxError
 
 BUDGET_S = {"quick": 20.0, "full": 90.0}
+MAX_BUDGET_S = 86400.0  # a day: past it a typo, and far past it the timers overflow
 MARGIN_S = 30.0  # past the budget: the interpreter's start, worker shutdown, a stuck step
 USAGE_KINDS = frozenset({"spec", "not_found", "not_callable", "device"})
 _NAME = r"[A-Za-z_][A-Za-z0-9_]*"
@@ -74,8 +77,8 @@ class LoaderOptions:
             raise LoaderUsageError(f"--device: expected auto, cpu or cuda:N, got {device!r}")
         if max_workers is not None and max_workers < 0:
             raise LoaderUsageError(f"--max-workers: expected 0 or more, got {max_workers}")
-        if budget_s is not None and budget_s <= 0:
-            raise LoaderUsageError(f"budget: expected seconds above 0, got {budget_s:g}")
+        if budget_s is not None and not (math.isfinite(budget_s) and 0 < budget_s <= MAX_BUDGET_S):
+            raise LoaderUsageError(f"--budget: expected seconds above 0 and at most {MAX_BUDGET_S:g}, got {budget_s:g}")
         interpreter = sys.executable
         if python is not None:
             from gpubox.doctor.interpreter import check_interpreter
@@ -176,7 +179,8 @@ class LoaderBench:
     gpu_name: str | None
     python: str
     torch: str | None
-    usable_cpus: int
+    usable_cpus: float  # fractional under a CPU quota
+    cpus_limited_by: str | None  # "affinity", "cpuset", "cgroup v2 cpu.max", ...
     max_workers: int
     factory: Mapping[str, Any]
     own: LoaderSetting
@@ -239,7 +243,8 @@ def parse_bench(doc: Mapping[str, Any]) -> LoaderBench:
             gpu_name=device.get("gpu_name"),
             python=str(doc.get("executable") or doc.get("python") or ""),
             torch=doc.get("torch"),
-            usable_cpus=int(doc["cpus"]["usable"]),
+            usable_cpus=float(doc["cpus"]["usable"]),
+            cpus_limited_by=doc["cpus"].get("limited_by"),
             max_workers=int(doc["cpus"]["max_workers"]),
             factory=dict(factory),
             own=_setting(factory["own"]),
@@ -262,12 +267,20 @@ def run_bench(options: LoaderOptions) -> Mapping[str, Any]:
     args = [options.target, "--budget", f"{options.budget:g}", "--device", options.device, "--path", options.path]
     if options.mode == "full":
         args.append("--full")
-    if options.max_workers is not None:
-        args += ["--max-workers", str(options.max_workers)]
+    # the script sees only its affinity: a container's cpuset and CPU quota are read here
+    cpus = usable_cpus(HostView.live())
+    max_workers = options.max_workers
+    if max_workers is None and cpus.count is not None:
+        max_workers = max(1, math.floor(cpus.count))
+    if max_workers is not None:
+        args += ["--max-workers", str(max_workers)]
     run = run_script("loader_bench.py", args, python=options.python, timeout_s=options.budget + MARGIN_S)
     data = run.data
+    if data is not None and cpus.count is not None and isinstance(data.get("cpus"), Mapping):
+        data = {**data, "cpus": {**data["cpus"], "usable": cpus.count, "limited_by": cpus.how}}
     error = data.get("error") if data is not None else None
-    if data is not None and not data.get("torch_missing") and isinstance(error, Mapping):
+    torch_failed = data is not None and (data.get("torch_missing") or data.get("torch_error"))
+    if data is not None and not torch_failed and isinstance(error, Mapping):
         sentence = str(error.get("message"))
         if error.get("exception"):
             sentence += f": {error['exception']}"
@@ -312,7 +325,7 @@ def examine_loader(options: LoaderOptions, t: Thresholds) -> tuple[DoctorReport,
         "python": bench.python,
         "torch": bench.torch,
         "device": {"name": bench.device, "gpu_name": bench.gpu_name, "reason": bench.device_reason},
-        "cpus": {"usable": bench.usable_cpus, "max_workers": bench.max_workers},
+        "cpus": {"usable": bench.usable_cpus, "limited_by": bench.cpus_limited_by, "max_workers": bench.max_workers},
         "factory": bench.factory,
         "step": bench.step,
         "verdict": decide(bench, t),

@@ -637,7 +637,11 @@ def run(args: argparse.Namespace, clock: Clock, report: dict[str, Any]) -> None:
         import torch
         from torch.utils.data import DataLoader, IterableDataset
     except Exception as exc:
-        raise BenchError("torch_missing", f"torch cannot be imported by {sys.executable}", exc) from None
+        if isinstance(exc, ModuleNotFoundError) and exc.name == "torch":
+            raise BenchError("torch_missing", f"torch is not installed in {sys.executable}", exc) from None
+        # anything else comes from inside torch (a missing libcudart, a broken dependency)
+        message = f"torch is installed in {sys.executable} but cannot be imported"
+        raise BenchError("torch_broken", message, exc) from None
     report["torch"] = torch.__version__
     device, report["device"] = choose_device(torch, args.device)
     report["stage"] = f"importing {args.target}"
@@ -750,8 +754,14 @@ def failure(report: dict[str, Any], kind: str, message: str, exception: str | Ba
     cause = last_line(exception) if isinstance(exception, BaseException) else exception
     keep = {k: report.get(k) for k in ("version", "mode", "budget_s", "python", "executable", "torch", "device")}
     error = {"kind": kind, "message": message, "exception": cause}
-    return {"ok": False, **keep, "torch_missing": kind == "torch_missing", "error": error}
+    broken = cause if kind == "torch_broken" else None
+    return {"ok": False, **keep, "torch_missing": kind == "torch_missing", "torch_error": broken, "error": error}
 
 
 if __name__ == "__main__":
+    # the script's own folder holds gpubox's modules (model.py, loader.py, ...): keep them from
+    # shadowing the user's modules of the same name
+    here = os.path.dirname(os.path.realpath(__file__))
+    if sys.path and os.path.realpath(sys.path[0] or os.curdir) == here:
+        del sys.path[0]
     sys.exit(main())

@@ -200,12 +200,28 @@ def best_setting_check(bench: LoaderBench, v: LoaderVerdict) -> Check:
 def device_check(bench: LoaderBench) -> Check:
     title = "Device"
     if bench.device_kind == "cuda":
-        detail = f"ran on {bench.device} ({bench.gpu_name or 'GPU'}), copies from pinned memory with non_blocking=True"
+        detail = f"ran on {bench.device} ({bench.gpu_name or 'GPU'}); {_copies(bench.runs)}"
         return Check("loader.device", title, "loader", "ok", detail, value=bench.device, unit="text")
     if bench.device_asked == "cpu":
         return Check("loader.device", title, "loader", "ok", "ran on the CPU, as asked", value="cpu", unit="text")
     why = f"no GPU found ({bench.device_reason}): measured on the CPU, without the copy to a GPU"
     return skipped("loader.device", title, "loader", why)
+
+
+def _copies(runs: tuple[SettingRun, ...]) -> str:
+    """How the copies to the GPU were made: the benchmark copies with non_blocking=True only from pinned memory."""
+    copied = [r for r in runs if r.copy is not None] or list(runs)
+    pinned = {r.setting.pin_memory for r in copied}
+    if not pinned:
+        return "no copy to it was measured"
+    if pinned == {True}:
+        return "copies from pinned memory with non_blocking=True (every setting measured had pin_memory=True)"
+    if pinned == {False}:
+        return "blocking copies from pageable memory (every setting measured had pin_memory=False)"
+    return (
+        "copies from pinned memory with non_blocking=True for the settings with pin_memory=True, "
+        "blocking copies from pageable memory for those with pin_memory=False"
+    )
 
 
 def loader_checks(bench: LoaderBench, t: Thresholds) -> list[Check]:

@@ -103,7 +103,10 @@ def transfer(gpu: int, cpus: list[int] | None, reps: int, nbytes: int, matmul_n:
     }
     torch = _import_torch(answer)
     if torch is None:
-        answer["error"] = "torch is not installed in this environment"
+        if answer["torch_missing"]:
+            answer["error"] = "torch is not installed in this environment"
+        else:
+            answer["error"] = f"torch is installed but cannot be imported: {answer['torch_error']}"
         return answer
     why = _cuda_error(torch)
     if why is not None:
@@ -129,12 +132,10 @@ def _import_torch(answer: dict[str, Any]) -> Any:
     """torch, or None with the reason written into answer."""
     try:
         import torch
-    except ModuleNotFoundError as exc:
-        answer["torch_missing"] = exc.name == "torch"
-        answer["torch_error"] = f"{type(exc).__name__}: {exc}"
-        return None
     except Exception as exc:  # a broken install raises anything from OSError to AttributeError
-        answer["torch_error"] = f"{type(exc).__name__}: {exc}"
+        # only torch itself not found is "not installed": a ModuleNotFoundError from inside is breakage
+        answer["torch_missing"] = isinstance(exc, ModuleNotFoundError) and exc.name == "torch"
+        answer["torch_error"] = _last_line(exc)
         return None
     answer["torch_version"] = str(torch.__version__)
     answer["cuda_build"] = torch.version.cuda
@@ -334,6 +335,13 @@ def _guarded(measure: Callable[[], dict[str, Any]]) -> dict[str, Any]:
         return measure()
     except Exception as exc:
         return {"seconds": [], "timer": None, "started_at": None, "ended_at": None, "error": _reason(exc)}
+
+
+def _last_line(exc: BaseException) -> str:
+    """The exception as Python's traceback ends it: "ImportError: libcudart.so.12: cannot open ..."."""
+    text = "".join(traceback.format_exception_only(type(exc), exc)).strip()
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    return lines[-1] if lines else type(exc).__name__
 
 
 def _reason(exc: BaseException) -> str:

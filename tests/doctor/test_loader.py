@@ -8,13 +8,20 @@ No test asserts a speed: sleeping items and steps make the ratios large and the 
 from __future__ import annotations
 
 import importlib.util
+import os
+import signal
 import subprocess
 import sys
+import time
 from collections.abc import Mapping
+from contextlib import suppress
+from pathlib import Path
 from typing import Any
 
 import pytest
 
+from gpubox.doctor import loader as loader_module
+from gpubox.doctor.host_view import HostView, UsableCpus
 from gpubox.doctor.loader import (
     LoaderOptions,
     LoaderRunError,
@@ -26,7 +33,7 @@ from gpubox.doctor.loader import (
 from gpubox.doctor.loader_checks import decide, loader_checks
 from gpubox.doctor.thresholds import Thresholds
 from gpubox.exit_codes import ExitCode, GpuboxError
-from tests.helpers import REPO
+from tests.helpers import REPO, run_gpubox
 
 TARGETS = "tests.doctor.loader_targets"
 TARGETS_FILE = str(REPO / "tests/doctor/loader_targets.py")
@@ -127,6 +134,152 @@ def test_bad_options_are_usage_errors() -> None:
         with pytest.raises(GpuboxError) as caught:
             LoaderOptions.parse(target, **kwargs)
         assert caught.value.code == ExitCode.USAGE, kwargs
+
+
+@pytest.mark.parametrize("budget", [float("nan"), float("inf"), 1e300, 0.0, 86400.5])
+def test_a_budget_out_of_range_is_a_usage_error(budget: float) -> None:
+    with pytest.raises(LoaderUsageError, match=r"^--budget: ") as caught:
+        LoaderOptions.parse(f"{TARGETS}:slow", budget_s=budget)
+    assert caught.value.code == ExitCode.USAGE
+
+
+@pytest.mark.parametrize("budget", ["nan", "inf", "1e300"])
+def test_a_budget_out_of_range_is_one_line_through_the_cli(budget: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(REPO)
+    out = run_gpubox("doctor", "loader", "tests/doctor/loader_targets.py:fast", "--budget", budget)
+    assert out.returncode == ExitCode.USAGE, out.stderr
+    lines = out.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("gpubox: ") and "--budget" in lines[0], out.stderr
+    assert "Traceback" not in out.stderr
+
+
+# ---------------------------------------------------------------- the environment the script runs in
+
+
+def quota(count: float | None) -> Any:
+    """usable_cpus as a container with a CPU quota on a 128-CPU host would answer."""
+
+    def usable(view: HostView) -> UsableCpus:
+        return UsableCpus(count, "cgroup v2 cpu.max", frozenset(range(128)))
+
+    return usable
+
+
+def test_the_sweep_keeps_to_the_cgroup_cpu_quota(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(loader_module, "usable_cpus", quota(1.5))
+    data = run_bench(options(f"{TARGETS}:loader_only", budget_s=3.0, max_workers=None))
+    assert data["cpus"] == {"usable": 1.5, "limited_by": "cgroup v2 cpu.max", "max_workers": 1}
+    assert data["settings"] and all(r["num_workers"] <= 1 for r in data["settings"])
+    bench = parse_bench(data)
+    assert bench.usable_cpus == 1.5 and bench.max_workers == 1
+
+
+@pytest.mark.parametrize(
+    ("count", "asked", "passed"), [(4.0, None, "4"), (0.5, None, "1"), (None, None, None), (2.5, 8, "8")]
+)
+def test_max_workers_comes_from_the_usable_cpus_unless_given(
+    count: float | None, asked: int | None, passed: str | None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from gpubox.doctor import interpreter
+
+    seen: list[list[str]] = []
+
+    def fake_run(script: str, args: list[str], **_: Any) -> interpreter.ScriptRun:
+        seen.append(list(args))
+        return interpreter.ScriptRun(sys.executable, (script, *args), doc([run(0, 10.0, 0.5, own=True)]), None, 0, 1.0)
+
+    monkeypatch.setattr(loader_module, "usable_cpus", quota(count))
+    monkeypatch.setattr(interpreter, "run_script", fake_run)
+    data = run_bench(options(f"{TARGETS}:slow", max_workers=asked))
+    args = seen[0]
+    assert (args[args.index("--max-workers") + 1] if "--max-workers" in args else None) == passed
+    assert data["cpus"]["usable"] == (16 if count is None else count)  # unknown: the script's own count
+
+
+def test_a_users_module_is_not_hidden_by_gpuboxs_own(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """gpubox/doctor holds a model.py too: the user's, on PYTHONPATH, must be the one imported."""
+    (tmp_path / "model.py").write_text("USER_ONLY = 7\n")
+    (tmp_path / "usertrain.py").write_text(
+        "import model\nimport torch\nfrom torch.utils.data import DataLoader\n\n"
+        "def make():\n    return DataLoader(torch.zeros(64, model.USER_ONLY), batch_size=8)\n"
+    )
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path))
+    bench = parse_bench(run_bench(options("usertrain:make", budget_s=2.0, max_workers=0)))
+    assert bench.runs[0].own and bench.runs[0].loader is not None
+
+
+@pytest.mark.parametrize(
+    ("body", "cause"),
+    [
+        ('raise ImportError("libcudart.so.12: cannot open shared object file")', "ImportError: libcudart.so.12: "),
+        ("import torch._C", "ModuleNotFoundError: No module named 'torch._C'"),
+    ],
+)
+def test_a_broken_torch_is_not_a_missing_one(
+    body: str, cause: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "torch").mkdir()
+    (tmp_path / "torch" / "__init__.py").write_text(body + "\n")
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path))
+    with pytest.raises(LoaderRunError) as caught:
+        run_bench(options(f"{TARGETS_FILE}:fast"))
+    assert caught.value.message.startswith(f"torch is installed in {sys.executable} but cannot be imported: {cause}")
+    assert "not installed" not in caught.value.message and "\n" not in caught.value.message
+
+
+def bench_child(parent: int) -> int | None:
+    """The loader_bench.py process that PARENT started, found through /proc."""
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        with suppress(OSError):
+            stat = (entry / "stat").read_bytes()
+            ppid = int(stat[stat.rfind(b")") + 2 :].split()[1])
+            if ppid == parent and b"loader_bench.py" in (entry / "cmdline").read_bytes():
+                return int(entry.name)
+    return None
+
+
+def running(pid: int) -> bool:
+    """Still the benchmark and not a zombie (nobody may reap an orphan in a container)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_bytes()
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return False
+    return stat[stat.rfind(b")") + 2 :].split()[0] != b"Z" and b"loader_bench.py" in cmdline
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the child dies with gpubox through Linux's prctl")
+def test_the_benchmark_ends_when_gpubox_is_terminated() -> None:
+    argv = [sys.executable, "-m", "gpubox", "doctor", "loader", f"{TARGETS_FILE}:hangs", "--budget", "30"]
+    gpubox = subprocess.Popen(
+        [*argv, "--device", "cpu"],
+        cwd=REPO,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    child = None
+    try:
+        deadline = time.monotonic() + 60
+        while child is None and time.monotonic() < deadline and gpubox.poll() is None:
+            child = bench_child(gpubox.pid)
+            time.sleep(0.05)
+        assert child is not None, "the benchmark never started"
+        gpubox.send_signal(signal.SIGTERM)
+        gpubox.wait(timeout=30)
+        deadline = time.monotonic() + 10
+        while running(child) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not running(child), "the benchmark outlived gpubox"
+    finally:
+        if gpubox.poll() is None:
+            gpubox.kill()
+            gpubox.wait()
+        if child is not None and running(child):
+            with suppress(OSError):
+                os.killpg(child, signal.SIGKILL)
 
 
 def test_importing_the_script_does_nothing() -> None:
@@ -248,6 +401,23 @@ def test_on_a_gpu_the_feed_rate_includes_the_copy() -> None:
     checks = checks_of(d)
     assert "with the copy to the GPU" in checks["loader.input_bound"].detail
     assert checks["loader.device"].status == "ok" and "NVIDIA H200" in checks["loader.device"].detail
+
+
+@pytest.mark.parametrize(
+    ("pins", "words", "not_words"),
+    [
+        ((True, True), "every setting measured had pin_memory=True", "pageable"),
+        ((False, False), "blocking copies from pageable memory", "non_blocking=True"),
+        ((False, True), "for those with pin_memory=False", None),
+    ],
+)
+def test_the_device_check_says_how_the_copies_were_made(
+    pins: tuple[bool, bool], words: str, not_words: str | None
+) -> None:
+    runs = [run(4, 80.0, 0.3, own=True, pin=pins[0], copy=90.0), run(8, 90.0, 0.2, pin=pins[1], copy=95.0)]
+    detail = checks_of(doc(runs, kind="cuda"))["loader.device"].detail
+    assert words in detail, detail
+    assert not_words is None or not_words not in detail, detail
 
 
 def test_the_best_setting_within_noise_is_the_cheaper_one() -> None:

@@ -315,3 +315,26 @@ def test_transfer_on_a_cuda_build_answers_what_transfer_reads(cuda_env: dict[str
     assert all(c.status != "skip" for c in transfer_checks(result, Thresholds()))
     window = copy_window(run.data)
     assert window is not None and window[0] <= window[1]
+
+
+@pytest.fixture
+def broken_torch_env(tmp_path: Path) -> dict[str, str]:
+    """A torch that is installed but fails inside its import, as one missing its CUDA runtime does."""
+    (tmp_path / "broken" / "torch").mkdir(parents=True)
+    (tmp_path / "broken" / "torch" / "__init__.py").write_text(
+        'raise ImportError("libcudart.so.12: cannot open shared object file")\n'
+    )
+    return {**os.environ, "PYTHONPATH": str(tmp_path / "broken")}
+
+
+def test_a_broken_torch_is_installed_but_cannot_be_imported(broken_torch_env: dict[str, str]) -> None:
+    cause = "ImportError: libcudart.so.12: cannot open shared object file"
+    sentence = f"torch is installed in {sys.executable} but cannot be imported: {cause}"
+    run = run_script("torch_bench.py", ["facts"], env=broken_torch_env, timeout_s=60)
+    assert run.failure == sentence
+    assert run.data is not None and run.data["torch_missing"] is False and run.data["torch_error"] == cause
+    facts = torch_facts_from_run(run)
+    assert not facts.torch_missing and facts.torch_error == sentence
+    transfer = run_script("torch_bench.py", ["transfer"], env=broken_torch_env, timeout_s=60)
+    assert transfer.failure == sentence
+    assert transfer.data is not None and transfer.data["error"] == f"torch is installed but cannot be imported: {cause}"
