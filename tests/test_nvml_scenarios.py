@@ -51,6 +51,7 @@ def assert_gpu_matches(gpu: dict[str, Any], spec: FakeGpu, index: int) -> None:
     assert gpu["mem_used_bytes"] == spec.memory_used
     assert gpu["power_w"] == spec.power_mw / 1000
     assert gpu["power_limit_w"] == (spec.enforced_power_limit_mw or spec.power_limit_mw) / 1000
+    assert gpu["energy_mj"] == spec.energy_mj  # the counter, read once per snapshot here
     assert gpu["temperature_c"] == spec.temperature
     assert gpu["clock_sm_mhz"] == spec.sm_clock
     assert gpu["clock_mem_mhz"] == spec.mem_clock
@@ -180,6 +181,9 @@ def test_mig_instances(tmp_path: Path) -> None:
     assert [g["sm_occupancy"] for g in instances] == [m.sm_occupancy for m in spec.migs]
     # The link is the card's.
     assert all(g["pcie_link_gen_max"] == spec.pcie_gen_max for g in instances)
+    # So is the energy counter: counted once, on the card, never again per instance.
+    assert parent["energy_mj"] == spec.energy_mj
+    assert all(g["energy_mj"] is None and g["reasons"]["energy_mj"] == "not_supported" for g in instances)
     by_uuid = {m.gpu_instance_id: m.uuid for m in spec.migs}
     procs = doc["data"]["processes"]
     assert len(procs) == len(spec.processes)

@@ -47,6 +47,7 @@ class GpuSnapshot:
     mem_used_bytes: int | None = None
     power_w: float | None = None
     power_limit_w: float | None = None
+    energy_mj: int | None = None  # the GPU's energy counter: millijoules since the driver loaded (Volta and newer)
     temperature_c: float | None = None
     clock_sm_mhz: int | None = None
     clock_mem_mhz: int | None = None

@@ -180,6 +180,7 @@ class NvmlBackend:
             values["mem_used_bytes"] = int(mem.used)
         simple: dict[str, Callable[[], Any]] = {
             "power_w": lambda: n.nvmlDeviceGetPowerUsage(h) / 1000.0,
+            "energy_mj": lambda: int(n.nvmlDeviceGetTotalEnergyConsumption(h)),  # the whole GPU: not per MIG
             "power_limit_w": lambda: n.nvmlDeviceGetEnforcedPowerLimit(h) / 1000.0,
             "temperature_c": lambda: float(n.nvmlDeviceGetTemperature(h, 0)),
             "clock_sm_mhz": lambda: int(n.nvmlDeviceGetClockInfo(h, 1)),

@@ -86,6 +86,8 @@ class SimulatedBackend:
         self._rng = random.Random(seed)
         self._clock = clock
         self._tick = 0
+        self._energy: list[int] = []  # per GPU, mJ
+        self._energy_tick: dict[int, int] = {}
         self._gpus = [_MODELS[0] if i < max(1, gpus - 1) else _MODELS[1 + i % 2] for i in range(gpus)]
         self._phase = [self._rng.uniform(0, math.tau) for _ in range(gpus)]
         # (pid, GPU index, user, command, GPU memory, (job id, kind) or None)
@@ -115,6 +117,16 @@ class SimulatedBackend:
         )
         return BoxSnapshot(now, self.name, host, gpus, procs)
 
+    def _energy_mj(self, i: int, tick: int, power_w: float) -> int:
+        """The energy counter: each refresh counts as one second at its power, so the counter is a
+        function of the refresh number like every other figure."""
+        while len(self._energy) <= i:
+            self._energy.append(5_000_000_000 + 1_000_000 * len(self._energy))
+        if self._energy_tick.get(i) != tick:
+            self._energy[i] += round(power_w * 1000)
+            self._energy_tick[i] = tick
+        return self._energy[i]
+
     def _wave(self, i: int, tick: int, period: float) -> float:
         return 0.5 + 0.5 * math.sin(tick / period + self._phase[i])
 
@@ -140,6 +152,7 @@ class SimulatedBackend:
         else:
             reasons["pcie_rx_Bps"] = reasons["pcie_tx_Bps"] = Reason.WARMING_UP.value
         throttled = ("sw_power_cap",) if busy > 90 else ()
+        power = round(model.power_limit_w * (0.2 + 0.75 * busy / 100), 1)
         return GpuSnapshot(
             index=i,
             uuid=f"GPU-5e1a{i:04d}-0000-4000-8000-00000000{i:04d}",
@@ -158,8 +171,9 @@ class SimulatedBackend:
             pcie_link_width_max=16,
             mem_total_bytes=model.mem_total,
             mem_used_bytes=min(model.mem_total, int(used + 0.6 * GIB)),
-            power_w=round(model.power_limit_w * (0.2 + 0.75 * busy / 100), 1),
+            power_w=power,
             power_limit_w=model.power_limit_w,
+            energy_mj=self._energy_mj(i, tick, power),
             temperature_c=round(35 + 40 * busy / 100),
             clock_sm_mhz=int(1980 * (0.5 + busy / 200)),
             clock_mem_mhz=2619,

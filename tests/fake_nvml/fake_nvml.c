@@ -81,6 +81,8 @@
  *                  alone can do; pcie_gen_max is what the GPU and the slot allow together
  *   pcie_replays=0  pcie_replays_per_call=0   nvmlDeviceGetPcieReplayCounter: the value (or the
  *                  sequence, see below) plus pcie_replays_per_call for every earlier call
+ *   energy_mj=0  energy_mj_per_call=0   nvmlDeviceGetTotalEnergyConsumption (mJ since the driver
+ *                  loaded): energy_mj plus energy_mj_per_call for every earlier call
  *
  *   Sequences: pcie_gen, pcie_width, clock_event_reasons and pcie_replays take one value or a
  *   comma-separated list (at most 64): successive calls return the values in turn and the last one
@@ -330,6 +332,7 @@ struct dev {
     unsigned int pcie_gen_max, pcie_width_max, pcie_gen_gpu_max;
     struct seq pcie_replays;
     unsigned long long pcie_replays_per_call;
+    unsigned long long energy_mj, energy_mj_per_call, energy_calls;
     unsigned long long memory_total, memory_used, memory_reserved, bar1_total, bar1_used;
     unsigned int power_mw, power_limit_mw, enforced_power_limit_mw, temperature;
     unsigned int sm_clock, mem_clock, graphics_clock, video_clock;
@@ -423,6 +426,7 @@ static const struct key GPU_KEYS[] = {
     KD(dev, sm_active), KD(dev, sm_occupancy), KL(dev, pcie_tx_bps), KL(dev, pcie_rx_bps),
     KQ(dev, pcie_gen), KU(dev, pcie_gen_max), KQ(dev, pcie_width), KU(dev, pcie_width_max),
     KU(dev, pcie_gen_gpu_max), KQ(dev, pcie_replays), KL(dev, pcie_replays_per_call),
+    KL(dev, energy_mj), KL(dev, energy_mj_per_call),
     KL(dev, memory_total), KL(dev, memory_used), KL(dev, memory_reserved), KL(dev, bar1_total),
     KL(dev, bar1_used), KU(dev, power_mw), KU(dev, power_limit_mw),
     KU(dev, enforced_power_limit_mw), KU(dev, temperature), KU(dev, sm_clock),
@@ -1466,6 +1470,15 @@ API nvmlReturn_t nvmlDeviceGetPcieReplayCounter(nvmlDevice_t device, unsigned in
     unsigned long long earlier = d->pcie_replays.calls;
     unsigned long long base = seq_next(&d->pcie_replays);
     *value = (unsigned int)(base + d->pcie_replays_per_call * earlier);
+    RETURN(NVML_SUCCESS);
+}
+
+/* Grows by energy_mj_per_call on every call, so a test knows the energy each read adds. */
+API nvmlReturn_t nvmlDeviceGetTotalEnergyConsumption(nvmlDevice_t device, unsigned long long *energy)
+{
+    BEGIN_DEVICE(device, energy);
+    PHYSICAL_ONLY();
+    *energy = d->energy_mj + d->energy_mj_per_call * d->energy_calls++;
     RETURN(NVML_SUCCESS);
 }
 

@@ -92,6 +92,8 @@ class FakeGpu:
     pcie_gen_gpu_max: int | None = None  # what the GPU alone allows; None: pcie_gen_max
     pcie_replays: int | list[int] = 0
     pcie_replays_per_call: int = 0  # added to the replay counter for every earlier read
+    energy_mj: int = 0  # the energy counter (mJ since the driver loaded) at the first read
+    energy_mj_per_call: int = 0  # added to it for every earlier read
     memory_total: int = H100_MEMORY
     memory_used: int = 0
     memory_reserved: int = 0
@@ -269,6 +271,7 @@ def h100(i: int) -> FakeGpu:
         pcie_gen=4 if i == 7 else 5,  # GPU 7 trained down to Gen4 x8
         pcie_width=8 if i == 7 else 16,
         power_mw=300_000 + 1_000 * i,
+        energy_mj=5_000_000_000 + 1_000_000 * i,
         power_limit_mw=700_000,
         enforced_power_limit_mw=690_000 - 1_000 * i,
         temperature=40 + i,
