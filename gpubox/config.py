@@ -69,6 +69,13 @@ def _parse_seconds(raw: object) -> float:
     return value
 
 
+def _parse_days(raw: object) -> int:
+    value = _number(raw, "whole days")
+    if not value.is_integer() or not 1 <= value <= 36500:
+        raise ValueError(f"must be whole days from 1 to 36500, got {raw!r}")
+    return int(value)
+
+
 def _parse_threshold(raw: object) -> float:
     value = _number(raw, "a number")
     if not 0 <= value < float("inf"):  # NaN fails too
@@ -101,6 +108,10 @@ SCHEMA: dict[str, tuple[Callable[[object], Any], Any]] = {
     "queue.preempt": (_parse_bool, False),  # stop batch jobs to make room for waiting infer jobs
     "queue.kill_grace": (_parse_seconds, 10.0),  # seconds between SIGTERM and SIGKILL when a job is stopped
     "queue.poll_interval": (_parse_seconds, 2.0),  # how often the daemon looks again at GPUs and jobs
+    "ledger.interval": (_parse_interval, 5.0),  # seconds between the daemon's samples of GPU use
+    "ledger.retention_days": (_parse_days, 400),  # days of per-minute rollups kept
+    "report.gpu_hour_price": (_parse_threshold, None),  # price of one GPU-hour, for costs in reports
+    "report.kwh_price": (_parse_threshold, None),  # price of one kWh, optional
     # The doctor's thresholds, from gpubox/doctor/thresholds.py (docs/doctor.md gives their sources).
     **{key: (_parse_threshold, default) for key, default in _DOCTOR_DEFAULTS.items()},
 }

@@ -42,6 +42,10 @@ SETTING_HELP = {
     "top.loader_sampling": "Estimate loader wait from py-spy stack samples for GPU processes without the "
     "probe: \\fBtrue\\fR or \\fBfalse\\fR.",
     "color": "Colour on a terminal: \\fBtrue\\fR or \\fBfalse\\fR.",
+    "ledger.interval": "Seconds between the daemon's samples of how the GPUs are used, for reports.",
+    "ledger.retention_days": "Days of per-minute GPU use the daemon keeps for reports.",
+    "report.gpu_hour_price": "Price of one GPU-hour: reports show costs when it is set.",
+    "report.kwh_price": "Price of one kWh: reports add the energy's cost when it is set.",
 }
 
 
