@@ -22,7 +22,7 @@ _gpubox() {
         case "$path" in
             "gpubox")
                 case "$word" in
-                top | run | queue | daemon | doctor) path+=" $word" ;;
+                top | run | queue | daemon | doctor | metrics) path+=" $word" ;;
                 esac ;;
             "gpubox top")
                 case "$word" in
@@ -81,11 +81,23 @@ _gpubox() {
                 case "$word" in
                 --python | --device | --max-workers | --budget) skip=1 ;;
                 esac ;;
+            "gpubox metrics")
+                case "$word" in
+                serve | dump) path+=" $word" ;;
+                esac ;;
+            "gpubox metrics serve")
+                case "$word" in
+                -l | --listen) skip=1 ;;
+                esac ;;
+            "gpubox metrics dump")
+                case "$word" in
+                -i | --interval) skip=1 ;;
+                esac ;;
         esac
     done
     case "$path" in
         "gpubox")
-            words='-V --version -h --help top run queue daemon doctor'
+            words='-V --version -h --help top run queue daemon doctor metrics'
             ;;
         "gpubox top")
             case "$prev" in
@@ -211,6 +223,21 @@ _gpubox() {
             esac
             words='--full --quick --json --python --device --max-workers --budget --no-color -h --help'
             arg_kind=none
+            ;;
+        "gpubox metrics")
+            words='-h --help serve dump'
+            ;;
+        "gpubox metrics serve")
+            case "$prev" in
+                -l | --listen) COMPREPLY=(); return ;;
+            esac
+            words='-l --listen --demo -h --help'
+            ;;
+        "gpubox metrics dump")
+            case "$prev" in
+                -i | --interval) COMPREPLY=(); return ;;
+            esac
+            words='--demo -i --interval -h --help'
             ;;
     esac
     # An option, or a command that takes no argument: its options and subcommands.

@@ -19,7 +19,7 @@ function __gpubox_path --description 'The gpubox command path on the command lin
         switch $path
             case 'gpubox'
                 switch $word
-                    case top run queue daemon doctor
+                    case top run queue daemon doctor metrics
                         set path "$path $word"
                 end
             case 'gpubox top'
@@ -94,6 +94,21 @@ function __gpubox_path --description 'The gpubox command path on the command lin
                     case --python --device --max-workers --budget
                         set skip 1
                 end
+            case 'gpubox metrics'
+                switch $word
+                    case serve dump
+                        set path "$path $word"
+                end
+            case 'gpubox metrics serve'
+                switch $word
+                    case -l --listen
+                        set skip 1
+                end
+            case 'gpubox metrics dump'
+                switch $word
+                    case -i --interval
+                        set skip 1
+                end
         end
     end
     echo -- $path
@@ -109,6 +124,7 @@ complete -c gpubox -n "__gpubox_at 'gpubox'" -a run -d 'Run a command with the d
 complete -c gpubox -n "__gpubox_at 'gpubox'" -a queue -d 'A local queue that runs training, quantization and inference jobs on the GPUs'
 complete -c gpubox -n "__gpubox_at 'gpubox'" -a daemon -d 'The queue daemon: starts jobs as GPUs free up (clients start it when it is not running)'
 complete -c gpubox -n "__gpubox_at 'gpubox'" -a doctor -d 'Check the box and its data pipeline; say what to change first'
+complete -c gpubox -n "__gpubox_at 'gpubox'" -a metrics -d 'Prometheus metrics of this box: its GPUs, their processes and the queue'
 complete -c gpubox -n "__gpubox_at 'gpubox'" -s V -l version -d 'Print the version and exit.'
 complete -c gpubox -n "__gpubox_at 'gpubox'" -s h -l help -d 'Show this message and exit.'
 complete -c gpubox -n "__gpubox_at 'gpubox top'" -l once -d 'Print one snapshot and exit.'
@@ -207,3 +223,12 @@ complete -c gpubox -n "__gpubox_at 'gpubox doctor loader'" -l max-workers -x -d 
 complete -c gpubox -n "__gpubox_at 'gpubox doctor loader'" -l budget -x -d 'Time for the whole sweep (default: 20 --quick, 90 --full).'
 complete -c gpubox -n "__gpubox_at 'gpubox doctor loader'" -l no-color -d 'No colour, even on a terminal.'
 complete -c gpubox -n "__gpubox_at 'gpubox doctor loader'" -s h -l help -d 'Show this message and exit.'
+complete -c gpubox -n "__gpubox_at 'gpubox metrics'" -a serve -d 'Serve /metrics for Prometheus to scrape, in the foreground until SIGINT or SIGTERM'
+complete -c gpubox -n "__gpubox_at 'gpubox metrics'" -a dump -d 'Print the metrics once in the Prometheus text format, as `serve` would answer a scrape'
+complete -c gpubox -n "__gpubox_at 'gpubox metrics'" -s h -l help -d 'Show this message and exit.'
+complete -c gpubox -n "__gpubox_at 'gpubox metrics serve'" -s l -l listen -x -d 'Where to serve /metrics (:PORT: every IPv4 interface).'
+complete -c gpubox -n "__gpubox_at 'gpubox metrics serve'" -l demo -d 'Export a simulated box (no GPU needed).'
+complete -c gpubox -n "__gpubox_at 'gpubox metrics serve'" -s h -l help -d 'Show this message and exit.'
+complete -c gpubox -n "__gpubox_at 'gpubox metrics dump'" -l demo -d 'Export a simulated box (no GPU needed).'
+complete -c gpubox -n "__gpubox_at 'gpubox metrics dump'" -s i -l interval -x -d 'Seconds the rates are averaged over.'
+complete -c gpubox -n "__gpubox_at 'gpubox metrics dump'" -s h -l help -d 'Show this message and exit.'

@@ -1,5 +1,5 @@
-"""gpubox's core (its top-level modules and the telemetry, probe, queue, doctor and ledger
-packages, whichever exist) never imports Textual, Rich or Typer: those belong to gpubox.cli and
+"""gpubox's core (its top-level modules and the telemetry, probe, queue, doctor, ledger and
+metrics packages, whichever exist) never imports Textual, Rich or Typer: those belong to gpubox.cli and
 gpubox.tui, and the core must load without them in a training process, a daemon or a script.
 
 Every core module is imported in one fresh interpreter, in turn; the report names the first
@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 
 FORBIDDEN = ("textual", "rich", "typer", "click")
-CORE_PACKAGES = ("telemetry", "probe", "queue", "doctor", "ledger")
+CORE_PACKAGES = ("telemetry", "probe", "queue", "doctor", "ledger", "metrics")
 
 CHILD = r"""
 import importlib, json, sys

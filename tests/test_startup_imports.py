@@ -14,7 +14,7 @@ import sys
 
 import pytest
 
-HEAVY = {"textual", "torch", "pynvml"}
+HEAVY = {"textual", "torch", "pynvml", "prometheus_client"}
 LINE = re.compile(r"^import time:\s+\d+ \|\s+\d+ \| ( *)(\S+)$")
 
 
@@ -58,7 +58,7 @@ def _offenders(imports: list[tuple[int, str]], banned: set[str]) -> list[str]:
 
 @pytest.mark.parametrize(
     "args",
-    [["--version"], ["--help"], ["queue", "--help"], ["top", "--help"]],
+    [["--version"], ["--help"], ["queue", "--help"], ["top", "--help"], ["doctor", "--help"], ["metrics", "--help"]],
     ids=lambda args: " ".join(args),
 )
 def test_fast_commands_import_no_heavy_module(args: list[str]) -> None:

@@ -1,0 +1,107 @@
+"""The collector Prometheus scrapes, and the exposition text of one scrape.
+
+At each scrape the collector takes one snapshot of the box, whose rates cover the time since the
+previous scrape (the backend keeps that state; the first scrape's rates are warming up and left
+out), reads the queue's depth from its database (no daemon needed) and, when given, the ledger's
+totals.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.metrics_core import Metric
+
+from gpubox.metrics.families import gpu_families, ledger_families, process_families, queue_families, with_samples
+from gpubox.metrics.ledger_hook import LedgerTotals
+from gpubox.metrics.queue_depth import QueueUnreadable, read_queue_depth
+from gpubox.telemetry.backend import TelemetryBackend
+
+
+class BoxCollector:
+    """A prometheus_client collector: `collect()` yields the box's metric families, one scrape each."""
+
+    def __init__(
+        self, backend: TelemetryBackend, queue_db: Path | None = None, ledger: LedgerTotals | None = None
+    ) -> None:
+        """`queue_db`: the queue's database (None: no queue depth); `ledger`: GPU UUID to its totals."""
+        self._backend = backend
+        self._queue_db = queue_db
+        self._ledger = ledger
+        # Scrapes may come at once; they share one backend, whose rates run from one call to the next.
+        self._lock = threading.Lock()
+        self.errors: tuple[str, ...] = ()  # what the last scrape could not read
+
+    def warm_up(self) -> None:
+        """Start the rates' window, so that the next scrape has rates."""
+        with self._lock:
+            self._backend.sample()
+
+    def collect(self) -> Iterator[Metric]:
+        with self._lock:
+            families, self.errors = self._scrape()
+        yield from families
+
+    def _scrape(self) -> tuple[list[Metric], tuple[str, ...]]:
+        snap = self._backend.sample()
+        errors = list(snap.errors)
+        families: list[Metric] = [*gpu_families(snap), *process_families(snap)]
+        if self._queue_db is not None:
+            try:
+                depth = read_queue_depth(self._queue_db)
+            except QueueUnreadable as exc:
+                errors.append(str(exc))
+                depth = None
+            if depth is not None:
+                families += queue_families(depth)
+        if self._ledger is not None:
+            try:
+                totals = self._ledger()
+            except Exception as exc:  # a broken ledger must not cost the scrape its GPU figures
+                errors.append(f"the ledger cannot be read ({exc})")
+            else:
+                families += ledger_families(totals, snap)
+        return with_samples(families), tuple(errors)
+
+    def close(self) -> None:
+        with self._lock:
+            self._backend.close()
+
+
+def registry_of(collector: BoxCollector) -> CollectorRegistry:
+    """A registry of gpubox's metrics alone (prometheus_client's default one adds its own process's)."""
+    registry = CollectorRegistry()
+    registry.register(collector)
+    return registry
+
+
+def exposition_text(collector: BoxCollector) -> str:
+    """One scrape, in the Prometheus text format."""
+    return generate_latest(registry_of(collector)).decode()
+
+
+def dump(collector: BoxCollector, window: float, sleep: Callable[[float], None] = time.sleep) -> str:
+    """One scrape whose rates cover `window` seconds: a one-shot reader has no previous scrape."""
+    collector.warm_up()
+    sleep(window)
+    return exposition_text(collector)
+
+
+def open_box_collector(
+    demo: bool, loader_window: int = 10, loader_sampling: bool = True, queue_db: Path | None = None
+) -> BoxCollector:
+    """The collector of this box (the simulated one with `demo`) and of this user's queue; raises
+    BackendUnavailable when there is no NVIDIA driver."""
+    from gpubox.telemetry.sources import open_backend
+
+    if queue_db is None:
+        from gpubox.paths import resolve_paths
+        from gpubox.queue.layout import db_path
+
+        queue_db = db_path(resolve_paths())
+    backend = open_backend(demo, loader_window=loader_window, loader_sampling=loader_sampling)
+    return BoxCollector(backend, queue_db)

@@ -1,0 +1,75 @@
+"""Serving /metrics over HTTP with prometheus_client's server, in the foreground until SIGINT or SIGTERM."""
+
+from __future__ import annotations
+
+import select
+import signal
+import socket
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+
+from prometheus_client import start_http_server
+
+from gpubox.metrics.exposition import BoxCollector, registry_of
+from gpubox.metrics.listen import ListenAddress
+
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+class ListenError(Exception):
+    """The server cannot listen; `bad_input` when the address itself is wrong (no such host)."""
+
+    def __init__(self, message: str, bad_input: bool) -> None:
+        super().__init__(message)
+        self.message = message
+        self.bad_input = bad_input
+
+
+@contextmanager
+def stop_signals() -> Iterator[Callable[[], int]]:
+    """While inside, SIGINT and SIGTERM end nothing by themselves: the function yielded waits for one.
+
+    The signal may land on any thread (the server's among them), so it is waited for through
+    Python's wakeup file descriptor rather than in a handler the main thread may not run in time.
+    """
+    reader, writer = socket.socketpair()
+    writer.setblocking(False)
+    previous_fd = signal.set_wakeup_fd(writer.fileno(), warn_on_full_buffer=False)
+    previous = {sig: signal.signal(sig, lambda *_: None) for sig in STOP_SIGNALS}
+
+    def wait() -> int:
+        while True:
+            select.select([reader], [], [])
+            for number in reader.recv(64):
+                if number in STOP_SIGNALS:
+                    return number
+
+    try:
+        yield wait
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        signal.set_wakeup_fd(previous_fd)
+        reader.close()
+        writer.close()
+
+
+def serve(collector: BoxCollector, address: ListenAddress, ready: Callable[[], object] = lambda: None) -> int:
+    """Serve the collector's scrapes on `address` until SIGINT or SIGTERM; return that signal.
+    Raises ListenError when the address cannot be listened on. Call from the main thread."""
+    with stop_signals() as wait:
+        try:
+            server, thread = start_http_server(address.port, address.host, registry_of(collector))
+        except socket.gaierror as exc:
+            raise ListenError(f"cannot listen on {address}: no such host ({exc.strerror})", bad_input=True) from None
+        except ValueError as exc:  # a host name that cannot be encoded, or holds a NUL
+            raise ListenError(f"cannot listen on {address}: not a host name ({exc})", bad_input=True) from None
+        except OSError as exc:
+            raise ListenError(f"cannot listen on {address}: {exc.strerror or exc}", bad_input=False) from None
+        try:
+            ready()
+            return wait()
+        finally:
+            server.shutdown()
+            server.server_close()
+            thread.join()
