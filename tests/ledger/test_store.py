@@ -1,0 +1,92 @@
+"""The ledger database: its own file, WAL, a schema version, integers on disk, and retention."""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Iterable
+from pathlib import Path
+
+import pytest
+
+from gpubox.ledger.accounting import Allocation
+from gpubox.ledger.recorder import Recorder
+from gpubox.ledger.report import build_report
+from gpubox.ledger.schema import SCHEMA_VERSION
+from gpubox.ledger.store import LedgerError, LedgerStore, ledger_path
+from gpubox.paths import resolve_paths
+from gpubox.telemetry.model import BoxSnapshot
+from tests.ledger.builders import T0, Clock, drive, gpu, job, open_store, proc, snap
+
+DAY = 86400
+
+
+def working(t: float) -> tuple[BoxSnapshot, Iterable[Allocation]]:
+    procs = [proc(1, "GPU-1", user="bob")]
+    return snap(t, [gpu("GPU-0", 0, gpu_busy=37.5), gpu("GPU-1", 1, gpu_busy=10.0)], procs), [job(1, "GPU-0")]
+
+
+def test_the_ledger_lives_in_its_own_file_under_the_state_directory(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("GPUBOX_STATE_DIR", "/somewhere/state")
+    assert ledger_path() == Path("/somewhere/state/ledger.db")
+    assert ledger_path(resolve_paths({"HOME": "/home/x"})) == Path("/home/x/.local/state/gpubox/ledger.db")
+
+
+def test_wal_schema_version_and_private_file(tmp_path: Path) -> None:
+    store = open_store(tmp_path)
+    store.close()
+    db = sqlite3.connect(tmp_path / "state" / "ledger.db")
+    assert db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    assert db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
+    assert (tmp_path / "state" / "ledger.db").stat().st_mode & 0o077 == 0
+
+
+def test_refuses_a_foreign_database_a_newer_schema_and_a_missing_file_when_asked(tmp_path: Path) -> None:
+    foreign = tmp_path / "other.db"
+    sqlite3.connect(foreign).execute("CREATE TABLE t (x)").connection.commit()
+    with pytest.raises(LedgerError, match="not gpubox's"):
+        LedgerStore(foreign)
+    newer = tmp_path / "newer.db"
+    db = sqlite3.connect(newer)
+    db.execute(f"PRAGMA user_version = {SCHEMA_VERSION + 1}")
+    db.close()
+    with pytest.raises(LedgerError, match="schema"):
+        LedgerStore(newer)
+    with pytest.raises(LedgerError, match="no ledger yet"):
+        LedgerStore(tmp_path / "missing.db", create=False)
+    assert not (tmp_path / "missing.db").exists()
+
+
+def test_figures_are_stored_as_integers(tmp_path: Path) -> None:
+    store = open_store(tmp_path)
+    clock = Clock()
+    recorder = Recorder(store, interval_s=5, clock=clock)
+    drive(recorder, clock, working, T0, T0 + 300)
+    recorder.close()
+    types = store.rows("SELECT DISTINCT typeof(busy_ms), typeof(observed_ms) FROM gpu_minutes")
+    assert types == [("integer", "integer")]
+    assert store.rows(
+        "SELECT sum(busy_ms) FROM gpu_minutes WHERE gpu = (SELECT id FROM gpus WHERE uuid = 'GPU-0')"
+    ) == [(112_500,)]
+
+
+def test_retention_deletes_what_is_older_than_the_days_kept(tmp_path: Path) -> None:
+    store = open_store(tmp_path)
+    clock = Clock()
+    recorder = Recorder(store, interval_s=5, clock=clock)
+    drive(recorder, clock, working, T0, T0 + 3600)
+    drive(recorder, clock, working, T0 + 10 * DAY, T0 + 10 * DAY + 3600)  # the days between are a gap
+    recorder.close()
+    now = T0 + 10 * DAY + 3600
+    pruned = store.prune(now, keep_days=30, keep_minute_days=5)
+    assert pruned.gpu_minutes == 2 * 60 and pruned.gpu_hours == 0 and pruned.attempts == 0
+    # the old hour is still reported, from hour rows; its minutes are gone
+    [old] = [r for r in build_report(store, T0, T0 + 3600, "gpu", now=now).rows if r.group == "0"]
+    assert old.busy_gpu_hours == 0.375
+    pruned = store.prune(now, keep_days=5)
+    assert pruned.gpu_hours == 2 and pruned.attempt_hours == 1 and pruned.unqueued_hours == 1 and pruned.gaps == 0
+    assert build_report(store, T0, T0 + 3600, "gpu", now=now).rows == ()
+    assert build_report(store, T0, T0 + 3600, "job", now=now).rows == ()
+    # the recent day is untouched
+    recent = build_report(store, now - 3600, now, "job", now=now)
+    assert [r.allocated_gpu_hours for r in recent.rows] == [1.0]
+    assert store.prune(now + 6 * DAY, keep_days=5).gaps == 2  # the gap ended 6 days ago now
