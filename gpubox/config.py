@@ -109,7 +109,8 @@ SCHEMA: dict[str, tuple[Callable[[object], Any], Any]] = {
     "queue.kill_grace": (_parse_seconds, 10.0),  # seconds between SIGTERM and SIGKILL when a job is stopped
     "queue.poll_interval": (_parse_seconds, 2.0),  # how often the daemon looks again at GPUs and jobs
     "ledger.interval": (_parse_interval, 5.0),  # seconds between the daemon's samples of GPU use
-    "ledger.retention_days": (_parse_days, 400),  # days of per-minute rollups kept
+    "ledger.retention_days": (_parse_days, 400),  # days of GPU use kept (per hour)
+    "ledger.minute_retention_days": (_parse_days, 35),  # days of it kept per minute
     "report.gpu_hour_price": (_parse_threshold, None),  # price of one GPU-hour, for costs in reports
     "report.kwh_price": (_parse_threshold, None),  # price of one kWh, optional
     # The doctor's thresholds, from gpubox/doctor/thresholds.py (docs/doctor.md gives their sources).

@@ -43,7 +43,8 @@ SETTING_HELP = {
     "probe: \\fBtrue\\fR or \\fBfalse\\fR.",
     "color": "Colour on a terminal: \\fBtrue\\fR or \\fBfalse\\fR.",
     "ledger.interval": "Seconds between the daemon's samples of how the GPUs are used, for reports.",
-    "ledger.retention_days": "Days of per-minute GPU use the daemon keeps for reports.",
+    "ledger.retention_days": "Days of GPU use the daemon keeps for reports, per hour.",
+    "ledger.minute_retention_days": "Days of GPU use kept per minute (reports of older windows are exact to the hour).",
     "report.gpu_hour_price": "Price of one GPU-hour: reports show costs when it is set.",
     "report.kwh_price": "Price of one kWh: reports add the energy's cost when it is set.",
 }
@@ -485,6 +486,7 @@ def _settings(node: Node) -> list[tuple[str, str]]:
     rows = []
     for key, (_, default) in SCHEMA.items():
         scope = key.partition(".")[0] if "." in key else None
+        scope = {"ledger": "daemon"}.get(scope or "", scope)  # the daemon records GPU use
         if command is None or scope in (None, command):
             shown = str(default).lower() if isinstance(default, bool) else str(default)
             help_text = SETTING_HELP.get(key) or DOCTOR_HELP.get(key) or f"The setting \\fB{key}\\fR."

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 import time
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -35,14 +35,39 @@ def daemon(ctx: typer.Context) -> None:
     from gpubox.queue.store import StoreError
 
     paths = resolve_paths()
-    config = QueueConfig.from_values(load_config(paths=paths).values)
+    values = load_config(paths=paths).values
+    config = QueueConfig.from_values(values)
     try:
-        code = Daemon(paths, config).run()
+        code = Daemon(paths, config, recording=_recording(paths, values)).run()
     except AlreadyRunning as exc:
         raise GpuboxError(str(exc), ExitCode.FAILED) from None
     except (StoreError, PermissionError) as exc:
         raise GpuboxError(str(exc), ExitCode.FAILED) from None
     raise typer.Exit(code)
+
+
+def _recording(paths: Any, values: Any) -> Any:
+    """The ledger's sampler for this daemon: GPU use every ledger.interval seconds."""
+    from gpubox.ledger.sampler import LedgerSampler
+    from gpubox.ledger.store import ledger_path
+    from gpubox.queue.ledger_feed import queue_user, running_allocations
+    from gpubox.telemetry.sources import open_backend
+
+    user = queue_user()
+
+    def start(daemon: Any) -> LedgerSampler:
+        return LedgerSampler(
+            ledger_path(paths),
+            interval_s=values["ledger.interval"],
+            retention_days=values["ledger.retention_days"],
+            minute_retention_days=min(values["ledger.minute_retention_days"], values["ledger.retention_days"]),
+            # The probe gives queued jobs' loader wait; py-spy stack sampling is too dear for a daemon.
+            open_backend=lambda: open_backend(False, loader_window=values["top.loader_window"], loader_sampling=False),
+            allocations=lambda: running_allocations(daemon.running, user),
+            log=daemon.log,
+        )
+
+    return start
 
 
 @app.command("status")

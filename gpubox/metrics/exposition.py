@@ -96,12 +96,16 @@ def open_box_collector(
 ) -> BoxCollector:
     """The collector of this box (the simulated one with `demo`) and of this user's queue; raises
     BackendUnavailable when there is no NVIDIA driver."""
+    from gpubox.ledger.store import ledger_path
+    from gpubox.metrics.ledger_totals import ledger_totals
+    from gpubox.paths import resolve_paths
     from gpubox.telemetry.sources import open_backend
 
+    paths = resolve_paths()
     if queue_db is None:
-        from gpubox.paths import resolve_paths
         from gpubox.queue.layout import db_path
 
-        queue_db = db_path(resolve_paths())
+        queue_db = db_path(paths)
     backend = open_backend(demo, loader_window=loader_window, loader_sampling=loader_sampling)
-    return BoxCollector(backend, queue_db)
+    # The simulated box has GPUs of its own, not the ones the ledger recorded.
+    return BoxCollector(backend, queue_db, None if demo else ledger_totals(ledger_path(paths)))

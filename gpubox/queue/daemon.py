@@ -62,8 +62,13 @@ class Daemon:
         boot: str | None = None,
         clock: Callable[[], float] = time.time,
         log: Callable[[str], None] | None = None,
+        recording: Callable[[Daemon], Any] | None = None,
     ) -> None:
+        """`recording(daemon)`: the ledger's sampler (start(), stop()), which runs beside the queue in
+        a thread and reads `daemon.running` and `daemon.log`."""
         self.paths = paths
+        self.recording = recording
+        self.running: tuple[Job, ...] = ()  # the running jobs after the last pass, for the ledger
         self.config = config
         self.gpus_source = gpu_source if gpu_source is not None else NvmlGpus()
         self.boot = boot or boot_id()
@@ -135,6 +140,7 @@ class Daemon:
         done_r, self._done_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
         listener: socket.socket | None = None
         old_handlers: dict[signal.Signals, Any] = {}
+        sampler: Any = None
         try:
             lost = store.lost_after_reboot(self.boot)
             if lost:
@@ -145,8 +151,13 @@ class Daemon:
             for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
                 old_handlers[sig] = signal.signal(sig, self._on_signal)
             self.log(f"pid {os.getpid()}, state {self.paths.state_dir}, socket {self.socket_path}")
+            if self.recording is not None:
+                sampler = self.recording(self)
+                sampler.start()
             self._loop(store, listener, wake_r, done_r)
         finally:
+            if sampler is not None:
+                sampler.stop()  # writes the GPU use not written yet
             if self.pool is not None:
                 self.pool.close()
             signal.set_wakeup_fd(-1)
@@ -392,6 +403,8 @@ class Daemon:
             if not plan.failures:
                 break
         self._keep_spare(bool(self.reasons))
+        if self.recording is not None:  # what the ledger's thread reads: a tuple, swapped whole
+            self.running = tuple(store.list(["running"]))
 
     @staticmethod
     def _dep_states(store: JobStore, queued: list[Job], running: list[Job]) -> dict[int, str | None]:

@@ -142,6 +142,8 @@ class JobStore:
         self._clock = clock
         try:
             ensure_private_dir(self.path.parent)
+            # One JobStore per process: closing this descriptor would drop the POSIX locks of any
+            # SQLite connection this process already holds on the file.
             fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
             os.close(fd)
             os.chmod(self.path, 0o600)

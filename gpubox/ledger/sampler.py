@@ -1,0 +1,106 @@
+"""The queue daemon's recording thread: every `ledger.interval` seconds a telemetry snapshot and the
+queue's allocations go to the Recorder. A thread of its own, so that a slow driver call never
+delays scheduling; its own database connections, since SQLite's do not cross threads."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from gpubox.ledger.accounting import Allocation
+from gpubox.ledger.recorder import Recorder
+from gpubox.ledger.store import LedgerError, LedgerStore
+
+RETRY_BACKEND_S = 60.0  # a box whose driver is not loaded yet: look again this often
+PRUNE_EVERY_S = 86400.0
+MAX_FLUSH_EVERY_S = 60.0
+
+
+def flush_every(interval_s: float) -> float:
+    """Writes once a minute at the default 5 s interval; sooner at short intervals, so a report
+    never lags more than a dozen samples."""
+    return min(MAX_FLUSH_EVERY_S, 12 * interval_s)
+
+
+class LedgerSampler:
+    def __init__(
+        self,
+        ledger_db: Any,
+        interval_s: float,
+        retention_days: float,
+        minute_retention_days: float,
+        open_backend: Callable[[], Any],
+        allocations: Callable[[], Sequence[Allocation]],
+        log: Callable[[str], None],
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        """`open_backend()` gives a telemetry backend (raising BackendUnavailable without a driver);
+        `allocations()` lists the running attempts' GPUs (from the daemon's memory: it must not open
+        the queue's database, see gpubox/queue/ledger_feed.py)."""
+        self.ledger_db = ledger_db
+        self.interval_s = interval_s
+        self.retention_days = retention_days
+        self.minute_retention_days = minute_retention_days
+        self.open_backend = open_backend
+        self.allocations = allocations
+        self.log = log
+        self.clock = clock
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="gpubox-ledger", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """Stop sampling and write what is pending."""
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout)
+
+    def _run(self) -> None:
+        backend = self._backend()
+        if backend is None:
+            return
+        try:
+            store = LedgerStore(self.ledger_db)
+        except LedgerError as exc:
+            self.log(f"GPU use is not recorded: {exc}")
+            backend.close()
+            return
+        recorder = Recorder(store, self.interval_s, flush_every_s=flush_every(self.interval_s))
+        pruned_at = 0.0
+        try:
+            while True:
+                try:
+                    recorder.record(backend.sample(), self.allocations())
+                    if self.clock() - pruned_at >= PRUNE_EVERY_S:
+                        store.prune(self.clock(), self.retention_days, self.minute_retention_days)
+                        pruned_at = self.clock()
+                except Exception as exc:  # a bad sample or a locked database costs one sample
+                    self.log(f"recording GPU use: {type(exc).__name__}: {exc}")
+                if self._stop.wait(self.interval_s):
+                    break
+        finally:
+            try:
+                recorder.close()
+            except LedgerError as exc:
+                self.log(f"the last minute of GPU use was not written: {exc}")
+            store.close()
+            backend.close()
+
+    def _backend(self) -> Any:
+        """The telemetry backend, waiting for a driver that is not loaded yet; None when stopped."""
+        from gpubox.telemetry.backend import BackendUnavailable
+
+        told = False
+        while not self._stop.is_set():
+            try:
+                return self.open_backend()
+            except BackendUnavailable as exc:
+                if not told:
+                    self.log(f"GPU use is not recorded until NVML answers: {exc}")
+                    told = True
+            self._stop.wait(RETRY_BACKEND_S)
+        return None
