@@ -47,6 +47,7 @@ class LedgerSampler:
         self.allocations = allocations
         self.log = log
         self.clock = clock
+        self.recording = False  # True once NVML answers: until then nobody needs the allocations
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="gpubox-ledger", daemon=True)
 
@@ -70,6 +71,7 @@ class LedgerSampler:
             backend.close()
             return
         recorder = Recorder(store, self.interval_s, flush_every_s=flush_every(self.interval_s))
+        self.recording = True
         pruned_at = 0.0
         try:
             while True:
@@ -83,6 +85,7 @@ class LedgerSampler:
                 if self._stop.wait(self.interval_s):
                     break
         finally:
+            self.recording = False
             try:
                 recorder.close()
             except LedgerError as exc:

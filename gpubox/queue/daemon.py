@@ -69,6 +69,7 @@ class Daemon:
         self.paths = paths
         self.recording = recording
         self.running: tuple[Job, ...] = ()  # the running jobs after the last pass, for the ledger
+        self._sampler: Any = None
         self.config = config
         self.gpus_source = gpu_source if gpu_source is not None else NvmlGpus()
         self.boot = boot or boot_id()
@@ -152,7 +153,7 @@ class Daemon:
                 old_handlers[sig] = signal.signal(sig, self._on_signal)
             self.log(f"pid {os.getpid()}, state {self.paths.state_dir}, socket {self.socket_path}")
             if self.recording is not None:
-                sampler = self.recording(self)
+                sampler = self._sampler = self.recording(self)
                 sampler.start()
             self._loop(store, listener, wake_r, done_r)
         finally:
@@ -403,7 +404,7 @@ class Daemon:
             if not plan.failures:
                 break
         self._keep_spare(bool(self.reasons))
-        if self.recording is not None:  # what the ledger's thread reads: a tuple, swapped whole
+        if self._sampler is not None and self._sampler.recording:  # read by the ledger's thread: swapped whole
             self.running = tuple(store.list(["running"]))
 
     @staticmethod
