@@ -22,11 +22,15 @@ _gpubox() {
         case "$path" in
             "gpubox")
                 case "$word" in
-                top | run | queue | daemon | doctor | metrics) path+=" $word" ;;
+                top | report | run | queue | daemon | doctor | metrics) path+=" $word" ;;
                 esac ;;
             "gpubox top")
                 case "$word" in
                 -i | --interval | -g | --gpu) skip=1 ;;
+                esac ;;
+            "gpubox report")
+                case "$word" in
+                --since | --until | --by | --tag | --price-per-gpu-hour | --price-per-kwh) skip=1 ;;
                 esac ;;
             "gpubox queue")
                 case "$word" in
@@ -97,7 +101,7 @@ _gpubox() {
     done
     case "$path" in
         "gpubox")
-            words='-V --version -h --help top run queue daemon doctor metrics'
+            words='-V --version -h --help top report run queue daemon doctor metrics'
             ;;
         "gpubox top")
             case "$prev" in
@@ -105,6 +109,17 @@ _gpubox() {
                 -g | --gpu) COMPREPLY=(); return ;;
             esac
             words='--once --json -i --interval -g --gpu --demo --no-color -h --help'
+            ;;
+        "gpubox report")
+            case "$prev" in
+                --since) COMPREPLY=(); return ;;
+                --until) COMPREPLY=(); return ;;
+                --by) COMPREPLY=(); return ;;
+                --tag) COMPREPLY=(); return ;;
+                --price-per-gpu-hour) COMPREPLY=(); return ;;
+                --price-per-kwh) COMPREPLY=(); return ;;
+            esac
+            words='--since --until --by --tag --json --csv --price-per-gpu-hour --price-per-kwh --no-color -h --help'
             ;;
         "gpubox run")
             words='-h --help'

@@ -19,12 +19,17 @@ function __gpubox_path --description 'The gpubox command path on the command lin
         switch $path
             case 'gpubox'
                 switch $word
-                    case top run queue daemon doctor metrics
+                    case top report run queue daemon doctor metrics
                         set path "$path $word"
                 end
             case 'gpubox top'
                 switch $word
                     case -i --interval -g --gpu
+                        set skip 1
+                end
+            case 'gpubox report'
+                switch $word
+                    case --since --until --by --tag --price-per-gpu-hour --price-per-kwh
                         set skip 1
                 end
             case 'gpubox queue'
@@ -120,6 +125,7 @@ end
 
 complete -c gpubox -f
 complete -c gpubox -n "__gpubox_at 'gpubox'" -a top -d 'Every GPU and GPU process, live: SM activity, PCIe traffic, memory, dataloader wait'
+complete -c gpubox -n "__gpubox_at 'gpubox'" -a report -d 'Where the GPU hours went: calendar, allocated, busy, idle while allocated, starved, energy, cost'
 complete -c gpubox -n "__gpubox_at 'gpubox'" -a run -d 'Run a command with the dataloader probe attached, so `gpubox top` shows its loader_wait'
 complete -c gpubox -n "__gpubox_at 'gpubox'" -a queue -d 'A local queue that runs training, quantization and inference jobs on the GPUs'
 complete -c gpubox -n "__gpubox_at 'gpubox'" -a daemon -d 'The queue daemon: starts jobs as GPUs free up (clients start it when it is not running)'
@@ -134,6 +140,16 @@ complete -c gpubox -n "__gpubox_at 'gpubox top'" -s g -l gpu -x -d 'Only these G
 complete -c gpubox -n "__gpubox_at 'gpubox top'" -l demo -d 'Show a simulated box (no GPU needed).'
 complete -c gpubox -n "__gpubox_at 'gpubox top'" -l no-color -d 'No colour, even on a terminal.'
 complete -c gpubox -n "__gpubox_at 'gpubox top'" -s h -l help -d 'Show this message and exit.'
+complete -c gpubox -n "__gpubox_at 'gpubox report'" -l since -x -d 'Start of the window: a time ago (7d, 12h, 90m), a date (2026-11-01) or a date and time (2026-11-01T08:00, local time unless it names a zone).'
+complete -c gpubox -n "__gpubox_at 'gpubox report'" -l until -x -d 'End of the window, in the same forms, or now.'
+complete -c gpubox -n "__gpubox_at 'gpubox report'" -l by -x -d 'Rows by gpu (the default), job, kind, tag or user.'
+complete -c gpubox -n "__gpubox_at 'gpubox report'" -l tag -x -d 'With --by tag: one row per value of this tag key.'
+complete -c gpubox -n "__gpubox_at 'gpubox report'" -l json -d 'Print one JSON document (schema 1) instead of text.'
+complete -c gpubox -n "__gpubox_at 'gpubox report'" -l csv -d 'Print the rows as CSV, for spreadsheets.'
+complete -c gpubox -n "__gpubox_at 'gpubox report'" -l price-per-gpu-hour -x -d 'Cost of one GPU-hour (default: report.gpu_hour_price).'
+complete -c gpubox -n "__gpubox_at 'gpubox report'" -l price-per-kwh -x -d 'Cost of one kWh (default: report.kwh_price).'
+complete -c gpubox -n "__gpubox_at 'gpubox report'" -l no-color -d 'No colour, even on a terminal.'
+complete -c gpubox -n "__gpubox_at 'gpubox report'" -s h -l help -d 'Show this message and exit.'
 complete -c gpubox -n "__gpubox_at 'gpubox run'" -s h -l help -d 'Show this message and exit.'
 complete -c gpubox -n "__gpubox_at 'gpubox run'" -F
 complete -c gpubox -n "__gpubox_at 'gpubox queue'" -a add -d 'Queue a command; print its job id'

@@ -8,7 +8,7 @@ import typer
 from typer._click import exceptions as click  # typer 0.28 vendors click
 
 from gpubox import __version__
-from gpubox.cli import daemon, doctor, metrics, queue, top
+from gpubox.cli import daemon, doctor, metrics, queue, report, top
 from gpubox.cli import run as run_command
 from gpubox.exit_codes import ExitCode, GpuboxError
 
@@ -44,6 +44,7 @@ app.add_typer(queue.app, name="queue")
 app.add_typer(daemon.app, name="daemon")
 app.add_typer(doctor.app, name="doctor")
 app.add_typer(metrics.app, name="metrics")
+app.command("report")(report.report)
 app.command("run", **run_command.COMMAND_SETTINGS)(run_command.run)
 
 

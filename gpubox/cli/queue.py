@@ -138,6 +138,7 @@ def show(
 ) -> None:
     """Everything about one job, with every attempt and its logs."""
     from gpubox.cli.queue_view import job_details
+    from gpubox.cli.report import job_usage_record
     from gpubox.queue.client import daemon_view
     from gpubox.queue.records import attempt_record, gpu_request, job_record
 
@@ -149,7 +150,9 @@ def show(
     index = gpu_index(view)
     record = job_record(job, live_reasons(view) if job.state == "queued" else {}, index, with_env=as_json)
     tries = [attempt_record(a, index) for a in attempts]
-    emit("queue show", {"job": record, "attempts": tries}, as_json, job_details(record, tries, gpu_request(job, index)))
+    usage = job_usage_record(job_id)
+    text = job_details(record, tries, gpu_request(job, index), usage)
+    emit("queue show", {"job": record, "attempts": tries, "usage": usage}, as_json, text)
 
 
 @app.command("logs")

@@ -85,7 +85,12 @@ def _when(t: float | None) -> str:
     return DASH if t is None else time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(t))
 
 
-def job_details(rec: Mapping[str, Any], attempts: Sequence[Mapping[str, Any]], request: str) -> str:
+def job_details(
+    rec: Mapping[str, Any],
+    attempts: Sequence[Mapping[str, Any]],
+    request: str,
+    usage: Mapping[str, Any] | None = None,
+) -> str:
     lines = [
         f"job {rec['id']}" + (f" ({rec['name']})" if rec["name"] else ""),
         f"  state       {rec['state']}" + (f": {rec['reason']}" if rec["reason"] else ""),
@@ -102,6 +107,7 @@ def job_details(rec: Mapping[str, Any], attempts: Sequence[Mapping[str, Any]], r
         f"  started     {_when(rec['started_at'])}",
         f"  ended       {_when(rec['ended_at'])}",
         f"  exit code   {DASH if rec['exit_code'] is None else rec['exit_code']}",
+        f"  gpu use     {gpu_use(usage)}",
     ]
     for a in attempts:
         ran = None if a["ended_at"] is None else a["ended_at"] - a["started_at"]
@@ -111,3 +117,23 @@ def job_details(rec: Mapping[str, Any], attempts: Sequence[Mapping[str, Any]], r
         logs = f"{a['log_prefix']}.out|.err"
         lines.append(f"  attempt {a['number']}   {how}{code}, ran {duration(ran)} on {gpus}; logs {logs}")
     return "\n".join(lines)
+
+
+def _gpu_time(gpu_hours: float | None, unknown: str) -> str:
+    return unknown if gpu_hours is None else duration(gpu_hours * 3600)
+
+
+def gpu_use(usage: Mapping[str, Any] | None) -> str:
+    """The job's GPU use from the ledger, in GPU-time (one GPU for 1h, or two for 30m, is 1h00m)."""
+    if usage is None:
+        return "not recorded"
+    share = usage["busy_share"]
+    busy = _gpu_time(usage["busy_gpu_hours"], "unknown") + ("" if share is None else f" ({100 * share:.0f}%)")
+    energy = "unknown" if usage["energy_kwh"] is None else f"{usage['energy_kwh']:.3g} kWh"
+    attempts = usage["attempts"]
+    return (
+        f"{_gpu_time(usage['allocated_gpu_hours'], DASH)} allocated"
+        f" over {attempts} attempt{'' if attempts == 1 else 's'}, busy {busy},"
+        f" idle while allocated {_gpu_time(usage['idle_allocated_gpu_hours'], 'unknown')},"
+        f" starved {_gpu_time(usage['starved_gpu_hours'], 'not measured')}, energy {energy}"
+    )

@@ -1,0 +1,70 @@
+"""Bad input is one line on stderr and exit 2, checked before the ledger is read; no ledger yet
+is one line and exit 1 (with --json, an envelope whose data is null); neither is a traceback."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from gpubox.cli.report import NO_LEDGER
+from tests.report.conftest import SINCE, UNTIL, Box, one_line_error
+
+BAD = [
+    ("unknown-by", ("--by", "team"), "--by must be one of gpu, job, kind, tag, user, not 'team'"),
+    ("since-after-until", ("--since", UNTIL, "--until", SINCE), "must be earlier than --until"),
+    ("since-equals-until", ("--since", "now", "--until", "now"), "must be earlier than --until"),
+    ("since-in-the-future", ("--since", "2999-01-01"), "must be earlier than --until"),
+    ("unparsable-since", ("--since", "last tuesday"), "invalid --since 'last tuesday': expected a time ago"),
+    ("unparsable-until", ("--until", "2026-13-45"), "invalid --until '2026-13-45'"),
+    ("negative-duration", ("--since", "-7d"), "invalid --since '-7d'"),
+    ("json-and-csv", ("--json", "--csv"), "--json and --csv cannot be used together"),
+    ("negative-price", ("--price-per-gpu-hour", "-1"), "--price-per-gpu-hour must be a number, 0 or more"),
+    ("nan-price", ("--price-per-kwh", "nan"), "--price-per-kwh must be a number, 0 or more"),
+    ("price-not-a-number", ("--price-per-kwh", "cheap"), "'cheap' is not a valid float"),
+    ("tag-with-other-by", ("--by", "job", "--tag", "team"), "--tag KEY groups --by tag"),
+    ("tag-key-with-value", ("--tag", "team=vision"), "invalid --tag 'team=vision': expected a tag key"),
+    ("unknown-option", ("--group", "job"), "No such option: --group"),
+    ("bad-config-price", (), "report.gpu_hour_price: must be a number, 0 or more"),
+]
+
+
+@pytest.mark.parametrize(("args", "message"), [b[1:] for b in BAD], ids=[b[0] for b in BAD])
+@pytest.mark.parametrize("ledger", [True, False], ids=["ledger", "no-ledger"])
+def test_bad_input_is_one_line_and_exit_2(box: Box, args: tuple[str, ...], message: str, ledger: bool) -> None:
+    if ledger:
+        box.record()
+    env = {"GPUBOX_REPORT_GPU_HOUR_PRICE": "-3"} if not args else None
+    result = box.report(*args, env=env)
+    line = one_line_error(result, 2)
+    assert message in line, line
+    assert result.stdout == "" or "--json" in args
+
+
+def test_bad_input_with_json_still_gets_an_envelope(recorded: Box) -> None:
+    result = recorded.report("--json", "--by", "team")
+    assert result.returncode == 2
+    doc = json.loads(result.stdout)
+    assert (doc["command"], doc["ok"], doc["exit_code"], doc["data"]) == ("report", False, 2, None)
+    assert doc["errors"] == ["--by must be one of gpu, job, kind, tag, user, not 'team'"]
+
+
+def test_no_ledger_yet_is_one_line_and_exit_1(box: Box) -> None:
+    assert one_line_error(box.report(), 1) == f"gpubox: {NO_LEDGER}"
+    assert one_line_error(box.report("--csv"), 1) == f"gpubox: {NO_LEDGER}"
+    assert not (box.state_dir / "ledger.db").exists()  # a report never creates the ledger
+
+
+def test_no_ledger_yet_with_json_is_an_envelope_with_null_data(box: Box) -> None:
+    result = box.report("--json")
+    assert result.returncode == 1
+    doc = json.loads(result.stdout)
+    assert (doc["schema"], doc["command"], doc["ok"], doc["exit_code"], doc["data"]) == (1, "report", False, 1, None)
+    assert doc["errors"] == [NO_LEDGER]
+
+
+def test_a_damaged_ledger_is_one_line_and_exit_1(box: Box) -> None:
+    box.state_dir.mkdir(parents=True)
+    (box.state_dir / "ledger.db").write_bytes(b"this is not an SQLite database" * 100)
+    line = one_line_error(box.report(), 1)
+    assert "ledger" in line and "Traceback" not in line

@@ -1,0 +1,108 @@
+"""`gpubox report` for people (summary, table, chart, findings) and as CSV for spreadsheets."""
+
+from __future__ import annotations
+
+import csv
+import io
+from dataclasses import fields, replace
+from typing import Any
+
+import pytest
+
+from gpubox.cli.report_view import MAX_TABLE_ROWS, chart_step, shown_rows
+from gpubox.ledger.report import UsageRow
+from tests.report.conftest import SINCE, UNTIL, Box
+
+WINDOW = ("--since", SINCE, "--until", UNTIL)
+
+
+def text(box: Box, *args: str) -> str:
+    result = box.report(*WINDOW, "--no-color", *args)
+    assert result.returncode == 0, (result.returncode, result.stdout, result.stderr)
+    assert result.stderr == ""
+    return result.stdout
+
+
+def test_summary_table_chart_and_findings(recorded: Box) -> None:
+    out = text(recorded, "--price-per-gpu-hour", "2", "--price-per-kwh", "0.5")
+    summary = out.splitlines()[0]
+    assert summary.startswith("gpubox report: ")
+    for part in (
+        "(2h)",
+        "2 GPUs",
+        "4.00 calendar GPU-h, 75% allocated, 50% busy",
+        "idle while allocated 1.00 GPU-h",
+        "starved 0.40 GPU-h",
+        "energy 0.900 kWh",
+        "box cost 8.45",
+    ):
+        assert part in summary, (part, summary)
+    assert "GPU-hours by gpu" in out
+    total = next(line for line in out.splitlines() if line.lstrip("│ ").startswith("total"))
+    assert "4.00" in total and "3.00" in total and "8.45" in total
+    assert "Utilisation per GPU, one block per 1m" in out
+    lines = out.splitlines()
+    gpu0 = next(line for line in lines if line.startswith("0 ") and "▇" in line)
+    assert gpu0 == "0 " + "▇" * 120  # 75% busy and held, every minute of the two hours
+    gpu1 = next(line for line in lines if line.startswith("1 ") and "▅" in line)
+    assert gpu1 == "1 " + "▅" * 60 + "▁" * 60  # half busy for an hour, then idle
+    assert "Held GPUs idle longest" in out and "job 1 (job1) train, alice: 0.50 GPU-h idle of 2.00 held" in out
+    assert "Most starved (waiting for data)" in out and "0.40 GPU-h starved of 2.00 held" in out
+    assert "Hours when GPUs sat unallocated" in out and "1.00 GPU-h unallocated (GPU 1)" in out
+    assert "nothing recorded since" in out  # the recording stopped in the past
+
+
+@pytest.mark.parametrize(
+    ("by", "header", "row"),
+    [("job", "job", "2"), ("kind", "kind", "infer"), ("tag", "tag", "team=speech"), ("user", "user", "bob")],
+)
+def test_each_grouping_has_its_table(recorded: Box, by: str, header: str, row: str) -> None:
+    out = text(recorded, "--by", by)
+    assert f"GPU-hours by {by}" in out
+    assert any(line.lstrip("│ ").startswith(row) for line in out.splitlines()), out
+    assert f"by {by}, every hour that overlaps the window counts whole" in out
+    assert "Utilisation per GPU" in out  # the chart is per GPU whatever the grouping
+
+
+def test_no_price_means_no_cost_in_the_summary(recorded: Box) -> None:
+    summary = text(recorded).splitlines()[0]
+    assert "cost" not in summary
+
+
+def test_csv_has_the_header_and_one_line_per_row(recorded: Box) -> None:
+    result = recorded.report(*WINDOW, "--csv", "--by", "job", "--price-per-gpu-hour", "2")
+    assert result.returncode == 0, result.stderr
+    table = list(csv.reader(io.StringIO(result.stdout)))
+    assert table[0] == [f.name for f in fields(UsageRow)]
+    records = list(csv.DictReader(io.StringIO(result.stdout)))
+    assert [r["group"] for r in records] == ["1", "2"]
+    assert float(records[0]["allocated_gpu_hours"]) == 2.0 and float(records[0]["cost"]) == 4.0
+    assert records[1]["starved_gpu_hours"] == ""  # unknown: an empty cell, not 0
+    assert records[0]["calendar_gpu_hours"] == ""
+
+
+def test_csv_by_gpu(recorded: Box) -> None:
+    result = recorded.report(*WINDOW, "--csv")
+    assert result.returncode == 0, result.stderr
+    records = list(csv.DictReader(io.StringIO(result.stdout)))
+    assert [(r["group"], float(r["calendar_gpu_hours"])) for r in records] == [("0", 2.0), ("1", 2.0)]
+
+
+@pytest.mark.parametrize(
+    ("hours", "step"),
+    [(2, 60), (24, 900), (7 * 24, 7200), (30 * 24, 21600), (365 * 24, 604800), (10 * 365 * 24, 5 * 604800)],
+)
+def test_the_chart_step_fits_the_window_in_its_columns(hours: int, step: int) -> None:
+    assert chart_step(0, hours * 3600, 120) == step
+    assert chart_step(0, hours * 3600, 120) % 60 == 0  # gpu_series takes whole minutes
+
+
+def test_a_long_table_shows_the_rows_that_held_the_most_in_order() -> None:
+    empty: dict[str, Any] = {f.name: None for f in fields(UsageRow)}
+    template = UsageRow(**empty | {"loader_wait_known_gpu_hours": 0.0})
+    rows = [replace(template, group=str(i), allocated_gpu_hours=float(i % 7)) for i in range(MAX_TABLE_ROWS + 30)]
+    shown = shown_rows(rows)
+    assert len(shown) == MAX_TABLE_ROWS
+    assert [int(r.group) for r in shown] == sorted(int(r.group) for r in shown)  # the report's order kept
+    assert min(r.allocated_gpu_hours for r in shown) >= max(r.allocated_gpu_hours for r in rows if r not in shown)
+    assert shown_rows(rows[:5]) == rows[:5]
