@@ -64,6 +64,7 @@ def _recording(paths: Any, values: Any) -> Any:
             # The probe gives queued jobs' loader wait; py-spy stack sampling is too dear for a daemon.
             open_backend=lambda: open_backend(False, loader_window=values["top.loader_window"], loader_sampling=False),
             allocations=lambda: running_allocations(daemon.running, user),
+            waiting=lambda: daemon.waiting,
             log=daemon.log,
         )
 

@@ -178,10 +178,13 @@ def open_ledger() -> LedgerStore:
 
 def _reports(store: LedgerStore, request: ReportRequest, prices: Prices) -> tuple[LedgerReport, LedgerReport]:
     """The report as grouped, and by gpu (the calendar and the summary line, whatever the grouping)."""
+    from gpubox.ledger.findings import StoredWaits
     from gpubox.ledger.report import build_report
 
     r = request
-    grouped = build_report(store, r.since, r.until, r.by, prices=prices, tag_key=r.tag_key, now=r.now)
+    grouped = build_report(
+        store, r.since, r.until, r.by, prices=prices, tag_key=r.tag_key, now=r.now, waits=StoredWaits(store)
+    )
     if r.by == "gpu":
         return grouped, grouped
     return grouped, build_report(store, r.since, r.until, "gpu", prices=prices, now=r.now, limit=0)

@@ -33,6 +33,25 @@ class WaitHistory(Protocol):
     def waiting_during(self, start: float, end: float) -> WaitSummary | None: ...
 
 
+class StoredWaits:
+    """The waits the daemon recorded in the ledger: the most jobs waiting at once during the hour,
+    and the reasons that held the most job-time, most first."""
+
+    def __init__(self, store: LedgerStore, reasons: int = 3) -> None:
+        self.store, self.reasons = store, reasons
+
+    def waiting_during(self, start: float, end: float) -> WaitSummary | None:
+        [(peak,)] = self.store.rows("SELECT MAX(peak_jobs) FROM wait_hours WHERE hour >= ? AND hour < ?", (start, end))
+        if not peak:
+            return None
+        rows = self.store.rows(
+            "SELECT reason FROM wait_reasons WHERE hour >= ? AND hour < ? GROUP BY reason"
+            " ORDER BY SUM(job_ms) DESC, reason LIMIT ?",
+            (start, end, self.reasons),
+        )
+        return WaitSummary(int(peak), tuple(str(r[0]) for r in rows))
+
+
 @dataclass(frozen=True)
 class AttemptFinding:
     job_id: int

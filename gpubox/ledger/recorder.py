@@ -10,13 +10,23 @@ the database move only with the increments, so nothing is counted twice.
 
 from __future__ import annotations
 
+import re
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 
 from gpubox.ledger.accounting import Allocation, Gap, GpuMark, account_interval
 from gpubox.ledger.rollup import GpuSeen, Rollup
 from gpubox.ledger.store import LedgerStore
 from gpubox.telemetry.model import BoxSnapshot, ProcessSnapshot
+
+_NUMBER = re.compile(r"\d+(\.\d+)?")
+
+
+def wait_kind(reason: str) -> str:
+    """A waiting job's reason with its numbers as N ("needs N GPUs with N GiB free: GPU N held by
+    job N (train)"): one row per kind of wait and hour, however many jobs waited."""
+    return _NUMBER.sub("N", reason.strip())[:200] or "waits"
+
 
 DEFAULT_INTERVAL_S = 5.0
 DEFAULT_FLUSH_EVERY_S = 60.0
@@ -48,8 +58,11 @@ class Recorder:
         self._marks: dict[str, GpuMark] = store.load_marks()
         self._rollup = Rollup()
         self._flushed_at = clock()
+        self._waits_at: float | None = None
 
-    def record(self, snapshot: BoxSnapshot, allocations: Iterable[Allocation]) -> None:
+    def record(
+        self, snapshot: BoxSnapshot, allocations: Iterable[Allocation], waiting: Mapping[int, str] | None = None
+    ) -> None:
         """Attribute the time since each GPU's previous sample; a sample not newer than it (recorded
         before a restart, or after the clock was set back) is skipped. Raises LedgerError when a
         write fails; what it held is kept and goes with the next write."""
@@ -78,8 +91,22 @@ class Recorder:
             self._marks[gpu.uuid] = new_mark
             parent = gpu.mig_instance is None and gpu.index in mig_indices
             self._rollup.see_gpu(GpuSeen(gpu.uuid, gpu.index, gpu.name, gpu.mig_instance, parent, new_mark))
+        if waiting is not None:
+            self._record_waits(taken_at, waiting)
         if self._clock() - self._flushed_at >= self.flush_every_s:
             self.flush()
+
+    def _record_waits(self, taken_at: float, waiting: Mapping[int, str]) -> None:
+        """The queued jobs and why they wait, as the queue said at this sample, for the time since
+        the previous one (none across a gap)."""
+        before, self._waits_at = self._waits_at, taken_at
+        if before is None or not before < taken_at <= before + self.max_gap_s:
+            return
+        reasons: dict[str, int] = {}
+        for reason in waiting.values():
+            kind = wait_kind(reason)
+            reasons[kind] = reasons.get(kind, 0) + 1
+        self._rollup.add_waits(before, taken_at, reasons)
 
     def flush(self) -> None:
         """Write what was gathered since the last write, in one transaction. On failure (LedgerError)

@@ -6,7 +6,7 @@ per hour, gaps, and the GPUs' latest marks, gathered in memory and handed to the
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from gpubox.ledger.accounting import Allocation, AttemptKey, Gap, GpuMark, IntervalUsage, split_periods
 from gpubox.ledger.usage import AttemptUsage, GpuUsage, UnqueuedUsage
@@ -49,6 +49,8 @@ class Batch:
     gpus: Mapping[str, GpuSeen]
     last_sample_at: float | None
     meta: Mapping[str, float]  # settings a report needs to read the rest (max gap, staleness)
+    wait_peaks: Mapping[int, int] = field(default_factory=dict)  # hour start -> most jobs waiting at once
+    wait_reasons: Mapping[tuple[int, str], float] = field(default_factory=dict)  # (hour, reason) -> job-seconds
 
     def gpu_hours(self) -> dict[tuple[str, int], GpuUsage]:
         """The per-minute increments summed per GPU per hour, for the hourly rollups."""
@@ -60,7 +62,9 @@ class Batch:
 
     @property
     def empty(self) -> bool:
-        return not (self.gpu_minutes or self.attempts or self.gaps or self.gpus or self.unqueued_hours)
+        return not (
+            self.gpu_minutes or self.attempts or self.gaps or self.gpus or self.unqueued_hours or self.wait_peaks
+        )
 
 
 class Rollup:
@@ -77,6 +81,19 @@ class Rollup:
         self._gaps: list[Gap] = []
         self._gpus: dict[str, GpuSeen] = {}
         self._last_sample_at: float | None = None
+        self._wait_peaks: dict[int, int] = {}
+        self._wait_reasons: dict[tuple[int, str], float] = {}
+
+    def add_waits(self, start: float, end: float, reasons: Mapping[str, int]) -> None:
+        """Jobs waiting from `start` to `end`, counted by reason: job-seconds per hour and reason."""
+        jobs = sum(reasons.values())
+        if not jobs:
+            return  # an hour with nothing waiting has no row
+        for hour, part in split_periods(start, end, HOUR):
+            self._wait_peaks[hour] = max(self._wait_peaks.get(hour, 0), jobs)
+            for reason, count in reasons.items():
+                key = (hour, reason)
+                self._wait_reasons[key] = self._wait_reasons.get(key, 0.0) + part * count
 
     def add(self, interval: IntervalUsage) -> None:
         seconds = interval.end - interval.start
@@ -118,6 +135,8 @@ class Rollup:
             gpus=dict(self._gpus),
             last_sample_at=self._last_sample_at,
             meta=dict(meta),
+            wait_peaks=dict(self._wait_peaks),
+            wait_reasons=dict(self._wait_reasons),
         )
 
     def _see_attempt(self, allocation: Allocation, start: float, end: float, memory: int | None) -> None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from gpubox.ledger.accounting import Allocation
@@ -33,18 +33,21 @@ class LedgerSampler:
         minute_retention_days: float,
         open_backend: Callable[[], Any],
         allocations: Callable[[], Sequence[Allocation]],
+        waiting: Callable[[], Mapping[int, str]],
         log: Callable[[str], None],
         clock: Callable[[], float] = time.time,
     ) -> None:
         """`open_backend()` gives a telemetry backend (raising BackendUnavailable without a driver);
-        `allocations()` lists the running attempts' GPUs (from the daemon's memory: it must not open
-        the queue's database, see gpubox/queue/ledger_feed.py)."""
+        `allocations()` lists the running attempts' GPUs and `waiting()` why each queued job waits
+        (from the daemon's memory: it must not open the queue's database, see
+        gpubox/queue/ledger_feed.py)."""
         self.ledger_db = ledger_db
         self.interval_s = interval_s
         self.retention_days = retention_days
         self.minute_retention_days = minute_retention_days
         self.open_backend = open_backend
         self.allocations = allocations
+        self.waiting = waiting
         self.log = log
         self.clock = clock
         self.recording = False  # True once NVML answers: until then nobody needs the allocations
@@ -76,7 +79,7 @@ class LedgerSampler:
         try:
             while True:
                 try:
-                    recorder.record(backend.sample(), self.allocations())
+                    recorder.record(backend.sample(), self.allocations(), self.waiting())
                     if self.clock() - pruned_at >= PRUNE_EVERY_S:
                         store.prune(self.clock(), self.retention_days, self.minute_retention_days)
                         pruned_at = self.clock()

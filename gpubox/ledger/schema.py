@@ -15,7 +15,7 @@ from typing import Any, Generic, TypeVar
 
 from gpubox.ledger.usage import AttemptUsage, GpuUsage, Sums, UnqueuedUsage
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: the queue's waits per hour
 
 _U = TypeVar("_U", bound=Sums)
 _MS = 1000
@@ -131,7 +131,22 @@ UNQUEUED_COLUMNS = Columns(
     ),
 )
 
-SCHEMA = f"""
+# Jobs that waited in the queue, per hour: the most waiting at once, and job-seconds per reason.
+WAITS_SCHEMA = """
+CREATE TABLE wait_hours (
+    hour INTEGER PRIMARY KEY,
+    peak_jobs INTEGER NOT NULL
+) WITHOUT ROWID;
+CREATE TABLE wait_reasons (
+    hour INTEGER NOT NULL,
+    reason TEXT NOT NULL,
+    job_ms INTEGER NOT NULL,
+    PRIMARY KEY (hour, reason)
+) WITHOUT ROWID;
+"""
+
+SCHEMA = (
+    f"""
 CREATE TABLE meta (
     key TEXT PRIMARY KEY,
     value REAL
@@ -192,3 +207,6 @@ CREATE TABLE gaps (
 ) WITHOUT ROWID;
 CREATE INDEX gaps_ended ON gaps(ended_at);
 """
+    + "\n"
+    + WAITS_SCHEMA
+)

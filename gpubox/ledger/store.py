@@ -20,7 +20,15 @@ from typing import Any
 
 from gpubox.ledger.accounting import GpuMark
 from gpubox.ledger.rollup import HOUR, AttemptSeen, Batch
-from gpubox.ledger.schema import ATTEMPT_COLUMNS, GPU_COLUMNS, SCHEMA, SCHEMA_VERSION, UNQUEUED_COLUMNS, Columns
+from gpubox.ledger.schema import (
+    ATTEMPT_COLUMNS,
+    GPU_COLUMNS,
+    SCHEMA,
+    SCHEMA_VERSION,
+    UNQUEUED_COLUMNS,
+    WAITS_SCHEMA,
+    Columns,
+)
 from gpubox.paths import Paths, ensure_private_dir, resolve_paths
 
 DAY = 86400
@@ -44,6 +52,7 @@ class Pruned:
     attempts: int
     unqueued_hours: int
     gaps: int
+    waits: int = 0
 
 
 class LedgerStore:
@@ -83,8 +92,8 @@ class LedgerStore:
             version = db.execute("PRAGMA user_version").fetchone()[0]
             if version > SCHEMA_VERSION:
                 raise LedgerError(f"the ledger {self.path} has schema {version}; this gpubox knows {SCHEMA_VERSION}")
-            if version == 0:
-                for statement in SCHEMA.split(";"):
+            if version < SCHEMA_VERSION:
+                for statement in (SCHEMA if version == 0 else WAITS_SCHEMA).split(";"):
                     if statement.strip():
                         db.execute(statement)
                 db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
@@ -167,6 +176,16 @@ class LedgerStore:
                 "INSERT OR IGNORE INTO gaps (gpu, started_at, ended_at) VALUES (?, ?, ?)",
                 [(ids[g.uuid], g.start, g.end) for g in batch.gaps],
             )
+            db.executemany(
+                "INSERT INTO wait_hours (hour, peak_jobs) VALUES (?, ?)"
+                " ON CONFLICT (hour) DO UPDATE SET peak_jobs = MAX(peak_jobs, excluded.peak_jobs)",
+                list(batch.wait_peaks.items()),
+            )
+            db.executemany(
+                "INSERT INTO wait_reasons (hour, reason, job_ms) VALUES (?, ?, ?)"
+                " ON CONFLICT (hour, reason) DO UPDATE SET job_ms = job_ms + excluded.job_ms",
+                [(hour, reason, round(1000 * seconds)) for (hour, reason), seconds in batch.wait_reasons.items()],
+            )
             meta: dict[str, float] = dict(batch.meta)
             if batch.last_sample_at is not None:
                 meta["last_sample_at"] = batch.last_sample_at
@@ -224,6 +243,8 @@ class LedgerStore:
                 attempts=delete("DELETE FROM attempts WHERE last_at <= ?", cut - HOUR),
                 unqueued_hours=delete("DELETE FROM unqueued_hours WHERE hour <= ?", cut - HOUR),
                 gaps=delete("DELETE FROM gaps WHERE ended_at <= ?", cut),
+                waits=delete("DELETE FROM wait_hours WHERE hour <= ?", cut - HOUR)
+                + delete("DELETE FROM wait_reasons WHERE hour <= ?", cut - HOUR),
             )
 
 

@@ -65,10 +65,11 @@ class Daemon:
         recording: Callable[[Daemon], Any] | None = None,
     ) -> None:
         """`recording(daemon)`: the ledger's sampler (start(), stop()), which runs beside the queue in
-        a thread and reads `daemon.running` and `daemon.log`."""
+        a thread and reads `daemon.running`, `daemon.waiting` and `daemon.log`."""
         self.paths = paths
         self.recording = recording
         self.running: tuple[Job, ...] = ()  # the running jobs after the last pass, for the ledger
+        self.waiting: dict[int, str] = {}  # and why each queued job waits
         self._sampler: Any = None
         self.config = config
         self.gpus_source = gpu_source if gpu_source is not None else NvmlGpus()
@@ -406,6 +407,7 @@ class Daemon:
         self._keep_spare(bool(self.reasons))
         if self._sampler is not None and self._sampler.recording:  # read by the ledger's thread: swapped whole
             self.running = tuple(store.list(["running"]))
+            self.waiting = dict(self.reasons)
 
     @staticmethod
     def _dep_states(store: JobStore, queued: list[Job], running: list[Job]) -> dict[int, str | None]:

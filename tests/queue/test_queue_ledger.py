@@ -32,18 +32,25 @@ def test_the_daemon_records_each_attempts_gpu_use(queue: QueueBox) -> None:
     work = start(queue, fake, {"GPUBOX_LEDGER_INTERVAL": str(INTERVAL)})
     job = add(queue, work, "--gpus", "1", "--kind", "train", "--tag", "team=nlp", "--name", "fine-tune")
     queue.wait_state(job, ("running",))
+    # A job that needs both GPUs waits while the first job holds one, and the ledger learns why.
+    stuck = add(queue, work, "--gpus", "2")
     time.sleep(3.0)  # let the daemon take a dozen samples while the job holds its GPU
+    assert queue("queue", "cancel", str(stuck)).returncode == 0  # before the GPUs it waits for free up
     (work / f"release.{job}").touch()
     row = queue.wait_state(job, ("succeeded",))
     ran_s = row["ended_at"] - row["started_at"]
     stopped = queue("daemon", "stop")
     assert stopped.returncode == 0, stopped.stderr
     paths = resolve_paths(queue.env)
-    wait_until(lambda: ledger_path(paths).exists(), 10.0)
+    # The daemon writes what its ledger holds as it stops, then removes its socket.
+    wait_until(lambda: not queue.socket.exists(), 20.0)
 
     with LedgerStore(ledger_path(paths), create=False) as store:
         report = build_report(store, row["submitted_at"] - 60, time.time() + 60, by="job")
         by_gpu = build_report(store, row["submitted_at"] - 60, time.time() + 60, by="gpu")
+        waits = store.rows("SELECT reason, job_ms FROM wait_reasons")
+    [(reason, job_ms)] = waits
+    assert "held by job N (train)" in reason and job_ms > 1000, waits
     # Both GPUs were watched; only the job's one was allocated, for as long as the job held it.
     held = {r.gpu_uuid: r.allocated_gpu_hours * 3600 for r in by_gpu.rows if r.gpu_uuid}
     assert sorted(held) == sorted(g.uuid for g in fake.gpus)

@@ -64,9 +64,8 @@ def test_findings_that_pay(recorded: Box) -> None:
         0.4,
         {"project": "p1", "team": "vision"},
     )
-    [hour] = data["unallocated_hours"]
-    assert (hour["hour_start"], hour["unallocated_gpu_hours"], hour["gpus"]) == (T0 + H, 1.0, ["1"])
-    assert hour["jobs_waiting"] is None and hour["wait_reasons"] is None
+    # GPU 1 sat unallocated the second hour, but no job waited then: nothing was lost to the queue.
+    assert data["unallocated_hours"] == []
 
 
 def test_by_job_costs_the_allocated_hours(recorded: Box) -> None:
