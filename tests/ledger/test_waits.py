@@ -73,3 +73,17 @@ def test_the_report_says_why_jobs_waited_while_gpus_sat_unallocated(tmp_path: Pa
     assert "Hours when GPUs sat unallocated" in res.stdout
     line = next(x for x in res.stdout.splitlines() if "GPU-h unallocated (GPU 1)" in x)
     assert "while 2 jobs waited" in line and "needs N GPUs with N GiB free" in line, line
+
+
+def test_a_ledger_from_before_the_waits_gains_them(tmp_path: Path) -> None:
+    import sqlite3
+
+    from gpubox.ledger.schema import SCHEMA, SCHEMA_VERSION, WAITS_SCHEMA
+
+    path = tmp_path / "ledger.db"
+    db = sqlite3.connect(path)
+    db.executescript(SCHEMA.replace(WAITS_SCHEMA, "") + "PRAGMA user_version = 1;")
+    db.close()
+    with LedgerStore(path) as store:
+        assert store.rows("PRAGMA user_version") == [(SCHEMA_VERSION,)]
+        assert store.rows("SELECT count(*) FROM wait_reasons") == [(0,)]
