@@ -27,6 +27,8 @@ echo "== loader_wait: a slow and a fast DataLoader feeding a CUDA training loop"
 timeout 180 "$PYTHON" scripts/gpu_check_loader.py || status=1
 echo "== queue: two 1-GPU jobs get their own GPU (or run in turn), a CPU-only job sees none"
 timeout 300 "$PYTHON" scripts/gpu_check_queue.py || status=1
+echo "== ledger: a busy queue job in the report and the exporter"
+timeout 180 "$PYTHON" scripts/gpu_check_ledger.py || status=1
 echo "== doctor: copy benchmarks against a plain CUDA-event loop; the loader benchmark on the GPU"
 timeout 420 "$PYTHON" scripts/gpu_check_doctor.py || status=1
 exit $status
