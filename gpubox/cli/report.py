@@ -109,6 +109,9 @@ def report(
         raise
 
 
+LATEST = 253_402_300_800.0  # 10000-01-01 UTC
+
+
 def parse_when(text: str, now: float, option: str) -> float:
     """Seconds since the epoch from "now", an ISO date or date-time (local time unless it names
     a zone), or a duration ago."""
@@ -119,16 +122,19 @@ def parse_when(text: str, now: float, option: str) -> float:
     value = text.strip()
     if value.lower() == "now":
         return now
+    when: float | None = None
     try:
         moment = datetime.fromisoformat(value)
-    except ValueError:
-        pass
-    else:
-        return (moment if moment.tzinfo is not None else moment.astimezone()).timestamp()
-    try:
-        return now - parse_duration(value)
-    except ValueError:
-        raise GpuboxError(f"invalid {option} {text!r}: expected {WHEN_FORMS}", ExitCode.USAGE) from None
+        when = (moment if moment.tzinfo is not None else moment.astimezone()).timestamp()
+    except (ValueError, OverflowError, OSError):
+        try:
+            when = now - parse_duration(value)
+        except (ValueError, OverflowError):
+            raise GpuboxError(f"invalid {option} {text!r}: expected {WHEN_FORMS}", ExitCode.USAGE) from None
+    # Local time and SQLite's integers both end somewhere: a window from 1970 to the year 9999 is plenty.
+    if not 0 <= when < LATEST:
+        raise GpuboxError(f"{option} {text!r} is outside 1970 to 9999", ExitCode.USAGE)
+    return when
 
 
 def parse_request(since: str, until: str, by: str | None, tag: str | None, now: float | None = None) -> ReportRequest:

@@ -4,6 +4,7 @@ delays scheduling; its own database connections, since SQLite's do not cross thr
 
 from __future__ import annotations
 
+import sqlite3
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -32,13 +33,14 @@ class LedgerSampler:
         retention_days: float,
         minute_retention_days: float,
         open_backend: Callable[[], Any],
-        allocations: Callable[[], Sequence[Allocation]],
+        allocations: Callable[[], Sequence[Allocation] | None],
         waiting: Callable[[], Mapping[int, str]],
         log: Callable[[str], None],
         clock: Callable[[], float] = time.time,
     ) -> None:
         """`open_backend()` gives a telemetry backend (raising BackendUnavailable without a driver);
-        `allocations()` lists the running attempts' GPUs and `waiting()` why each queued job waits
+        `allocations()` lists the running attempts' GPUs (None while the daemon does not know yet:
+        then nothing is recorded, so no time goes to nobody) and `waiting()` why each queued job waits
         (from the daemon's memory: it must not open the queue's database, see
         gpubox/queue/ledger_feed.py)."""
         self.ledger_db = ledger_db
@@ -69,17 +71,19 @@ class LedgerSampler:
             return
         try:
             store = LedgerStore(self.ledger_db)
-        except LedgerError as exc:
+            recorder = Recorder(store, self.interval_s, flush_every_s=flush_every(self.interval_s))
+        except (LedgerError, sqlite3.Error) as exc:
             self.log(f"GPU use is not recorded: {exc}")
             backend.close()
             return
-        recorder = Recorder(store, self.interval_s, flush_every_s=flush_every(self.interval_s))
         self.recording = True
         pruned_at = 0.0
         try:
             while True:
                 try:
-                    recorder.record(backend.sample(), self.allocations(), self.waiting())
+                    allocations = self.allocations()
+                    if allocations is not None:
+                        recorder.record(backend.sample(), allocations, self.waiting())
                     if self.clock() - pruned_at >= PRUNE_EVERY_S:
                         store.prune(self.clock(), self.retention_days, self.minute_retention_days)
                         pruned_at = self.clock()
@@ -91,10 +95,11 @@ class LedgerSampler:
             self.recording = False
             try:
                 recorder.close()
-            except LedgerError as exc:
+            except (LedgerError, sqlite3.Error) as exc:
                 self.log(f"the last minute of GPU use was not written: {exc}")
-            store.close()
-            backend.close()
+            finally:
+                store.close()
+                backend.close()
 
     def _backend(self) -> Any:
         """The telemetry backend, waiting for a driver that is not loaded yet; None when stopped."""

@@ -68,8 +68,10 @@ class Daemon:
         a thread and reads `daemon.running`, `daemon.waiting` and `daemon.log`."""
         self.paths = paths
         self.recording = recording
-        self.running: tuple[Job, ...] = ()  # the running jobs after the last pass, for the ledger
-        self.waiting: dict[int, str] = {}  # and why each queued job waits
+        # For the ledger: the running jobs after the last pass (None before the first pass, when they
+        # are unknown and the ledger records nothing) and why each queued job waits.
+        self.running: tuple[Job, ...] | None = None
+        self.waiting: dict[int, str] = {}
         self._sampler: Any = None
         self.config = config
         self.gpus_source = gpu_source if gpu_source is not None else NvmlGpus()
@@ -405,7 +407,7 @@ class Daemon:
             if not plan.failures:
                 break
         self._keep_spare(bool(self.reasons))
-        if self._sampler is not None and self._sampler.recording:  # read by the ledger's thread: swapped whole
+        if self._sampler is not None:  # read by the ledger's thread, each swapped whole
             self.running = tuple(store.list(["running"]))
             self.waiting = dict(self.reasons)
 

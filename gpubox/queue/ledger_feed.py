@@ -22,7 +22,10 @@ def queue_user() -> str | None:
         return str(os.getuid())
 
 
-def running_allocations(jobs: Iterable[Job], user: str | None) -> list[Allocation]:
+def running_allocations(jobs: Iterable[Job] | None, user: str | None) -> list[Allocation] | None:
+    """None while the daemon has not said yet which jobs run (before its first pass)."""
+    if jobs is None:
+        return None
     return [
         Allocation(
             job_id=job.id,
