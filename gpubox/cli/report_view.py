@@ -38,11 +38,33 @@ def csv_header() -> list[str]:
 
 
 def write_csv(rows: Sequence[UsageRow], out: IO[str]) -> None:
-    """One line per row, the columns named as UsageRow's fields; an unknown figure is an empty cell."""
+    """One line per row, the columns named as UsageRow's fields; an unknown figure is an empty cell.
+    Figures stay numbers; text is written so that a spreadsheet keeps it as text (`csv_text`)."""
     writer = csv.writer(out, lineterminator="\n")
     writer.writerow(csv_header())
     for row in rows:
-        writer.writerow(["" if getattr(row, name) is None else getattr(row, name) for name in csv_header()])
+        writer.writerow([_csv_cell(row, name) for name in csv_header()])
+
+
+# Cells a spreadsheet would run as a formula (a job name or tag is anyone's text).
+_FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
+
+
+def csv_text(value: str) -> str:
+    """Text a spreadsheet would run as a formula, with a leading quote, which spreadsheets take to
+    mean "text". The quote stays in the data for every other reader, so it is added only where a
+    formula would otherwise run; GPU labels get a word instead (`_csv_cell`)."""
+    return "'" + value if value.startswith(_FORMULA_STARTS) else value
+
+
+def _csv_cell(row: UsageRow, name: str) -> object:
+    value = getattr(row, name)
+    if value is None:
+        return ""
+    if name == "group" and row.gpu_uuid is not None:
+        # "gpu 0/3", not "0/3", which spreadsheets read as a date; whole GPUs alike, so the column sorts as one
+        return f"gpu {value}"
+    return csv_text(value) if isinstance(value, str) else value
 
 
 def chart_step(since: float, until: float, columns: int) -> int:

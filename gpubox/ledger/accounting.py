@@ -138,7 +138,9 @@ def account_interval(
     attempts = tuple(
         _attempt_part(h, owned.get(h.key, []), share, seconds, busy, source, energy_j, estimated) for h in holders
     )
-    unqueued = () if holders else _unqueued(strangers, seconds, busy)
+    # on a held GPU, only processes known to be outside the queue: one whose tag could not be read may be the job's
+    outside = [p for p in strangers if "job_id" not in p.reasons] if holders else strangers
+    unqueued = _unqueued(outside, seconds, busy)
     occupancy = None if gpu.lost or gpu.sm_occupancy is None else _clamp(gpu.sm_occupancy / 100.0)
     pcie_known = not gpu.lost and gpu.pcie_tx_Bps is not None and gpu.pcie_rx_Bps is not None
     allocated = seconds if holders else 0.0
@@ -196,14 +198,16 @@ def _attempt_part(
 def _owners(
     holders: Sequence[Allocation], processes: Sequence[ProcessSnapshot]
 ) -> tuple[dict[AttemptKey, list[ProcessSnapshot]], list[ProcessSnapshot]]:
-    """Each process's attempt: by its job id, or, where that is unreadable, by its user when only
-    one holder runs as that user. The rest are strangers."""
+    """Each process's attempt: by its job id, or, where that could not be read, by its user when
+    only one holder runs as that user. The rest (no job started them, or another job did) are
+    strangers."""
     owned: dict[AttemptKey, list[ProcessSnapshot]] = {}
     strangers: list[ProcessSnapshot] = []
     for p in processes:
         if p.job_id is not None:
             matches = [h for h in holders if h.job_id == p.job_id]
-        elif p.user is not None:
+        elif "job_id" in p.reasons and p.user is not None:
+            # every job runs as the queue's owner, so a user match means something only when the tag is unreadable
             matches = [h for h in holders if h.user == p.user]
         else:
             matches = []
@@ -217,7 +221,7 @@ def _owners(
 def _unqueued(
     processes: Sequence[ProcessSnapshot], seconds: float, busy: float | None
 ) -> tuple[tuple[str | None, UnqueuedUsage], ...]:
-    """A GPU no job holds, split evenly among the users with processes on it."""
+    """The processes outside the queue on a GPU, held or not: its time split evenly among their users."""
     users = sorted({p.user for p in processes}, key=lambda u: (u is None, u or ""))
     if not users:
         return ()

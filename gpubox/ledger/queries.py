@@ -79,6 +79,12 @@ def gpu_usage(store: LedgerStore, since: float, until: float) -> dict[int, GpuUs
     return totals
 
 
+def gpu_totals(store: LedgerStore) -> dict[int, GpuUsage]:
+    """Each GPU's usage over every hour kept, whatever the clock says now (it may have been set back)."""
+    rows = store.rows(f"SELECT gpu, {GPU_COLUMNS.sums()} FROM gpu_hours GROUP BY gpu")
+    return {row[0]: GPU_COLUMNS.usage(row, 1) for row in rows}
+
+
 def gap_seconds(store: LedgerStore, since: float, until: float, now: float) -> dict[int, float]:
     """Gap seconds per GPU inside the window, with the time since recording stopped, if it has."""
     rows = store.rows(

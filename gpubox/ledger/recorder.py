@@ -13,6 +13,7 @@ from __future__ import annotations
 import re
 import time
 from collections.abc import Callable, Iterable, Mapping
+from dataclasses import replace
 
 from gpubox.ledger.accounting import Allocation, Gap, GpuMark, account_interval
 from gpubox.ledger.rollup import GpuSeen, Rollup
@@ -26,6 +27,25 @@ def wait_kind(reason: str) -> str:
     """A waiting job's reason with its numbers as N ("needs N GPUs with N GiB free: GPU N held by
     job N (train)"): one row per kind of wait and hour, however many jobs waited."""
     return _NUMBER.sub("N", reason.strip())[:200] or "waits"
+
+
+def _holders(snapshot: BoxSnapshot, allocations: Iterable[Allocation]) -> dict[str, list[Allocation]]:
+    """Each GPU's holders by UUID. The queue hands out whole cards while the telemetry lists a MIG
+    card's processes under its instances, so an instance is held by whoever holds its card (by
+    index), as well as by any allocation naming the instance itself."""
+    holders: dict[str, list[Allocation]] = {}
+    for allocation in allocations:
+        for uuid in dict.fromkeys(allocation.gpu_uuids):
+            holders.setdefault(uuid, []).append(allocation)
+    cards = {g.index: g.uuid for g in snapshot.gpus if g.mig_instance is None}
+    for g in snapshot.gpus:
+        card = cards.get(g.index) if g.mig_instance is not None else None
+        if card is None or card not in holders:
+            continue
+        own = holders.get(g.uuid, [])
+        keys = {a.key for a in own}
+        holders[g.uuid] = own + [a for a in holders[card] if a.key not in keys]
+    return holders
 
 
 DEFAULT_INTERVAL_S = 5.0
@@ -66,10 +86,7 @@ class Recorder:
         """Attribute the time since each GPU's previous sample; a sample not newer than it (recorded
         before a restart, or after the clock was set back) is skipped. Raises LedgerError when a
         write fails; what it held is kept and goes with the next write."""
-        holders: dict[str, list[Allocation]] = {}
-        for allocation in allocations:
-            for uuid in dict.fromkeys(allocation.gpu_uuids):
-                holders.setdefault(uuid, []).append(allocation)
+        holders = _holders(snapshot, allocations)
         processes: dict[str, list[ProcessSnapshot]] = {}
         for p in snapshot.processes:
             processes.setdefault(p.gpu_uuid, []).append(p)
@@ -77,6 +94,7 @@ class Recorder:
         taken_at = snapshot.taken_at
         for gpu in snapshot.gpus:
             mark = self._marks.get(gpu.uuid)
+            parent = gpu.mig_instance is None and gpu.index in mig_indices
             if mark is not None:
                 if taken_at <= mark.taken_at:
                     continue
@@ -86,10 +104,10 @@ class Recorder:
                 if isinstance(found, Gap):
                     self._rollup.add_gap(found)
                 elif found is not None:
-                    self._rollup.add(found)
+                    # a MIG card's jobs are charged on its instances, where their work runs, not twice
+                    self._rollup.add(replace(found, attempts=()) if parent else found)
             new_mark = GpuMark(taken_at, gpu.energy_mj)
             self._marks[gpu.uuid] = new_mark
-            parent = gpu.mig_instance is None and gpu.index in mig_indices
             self._rollup.see_gpu(GpuSeen(gpu.uuid, gpu.index, gpu.name, gpu.mig_instance, parent, new_mark))
         if waiting is not None:
             self._record_waits(taken_at, waiting)

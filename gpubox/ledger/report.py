@@ -1,6 +1,7 @@
 """Where the GPU hours went over [since, until), grouped by gpu, job, kind, tag or user.
 
-Definitions (GPU-hours: one GPU for one hour; a MIG instance counts as a GPU of its own):
+Definitions (GPU-hours: one GPU for one hour; a MIG instance counts as a GPU of its own, and the
+total takes a MIG card's calendar, energy and PCIe from the card and its work from its instances):
 - calendar = observed + gap: the wall-clock time of each GPU in the window, whether sampled or
   not (by gpu only). Gaps include the time since recording stopped, when it has.
 - allocated: held by a queue job. busy: by `sm_active` where GPM gives it, else `gpu_busy`
@@ -159,25 +160,38 @@ def _by_gpu(
     usage = queries.gpu_usage(store, since, until)
     gaps = queries.gap_seconds(store, since, until, now)
     rows: list[UsageRow] = []
-    whole = GpuUsage()  # GPUs and MIG parents: the cards the calendar counts
-    every = GpuUsage()
-    whole_gap = 0.0
+    cards = GpuUsage()  # whole GPUs and MIG cards: the calendar, energy and PCIe
+    workers = GpuUsage()  # whole GPUs and MIG instances: where jobs run
+    cards_gap = 0.0
     for gpu_id in sorted(set(usage) | set(gaps), key=lambda g: _gpu_order(gpus.get(g))):
         info = gpus.get(gpu_id)
         u, gap = usage.get(gpu_id, GpuUsage()), gaps.get(gpu_id, 0.0)
-        every = every.plus(u)
         instance = info is not None and info.mig_instance is not None
         if not instance:
-            whole, whole_gap = whole.plus(u), whole_gap + gap
+            cards, cards_gap = cards.plus(u), cards_gap + gap
+        if info is None or not info.mig_parent:
+            workers = workers.plus(u)
         label = info.label if info else f"#{gpu_id}"
         rows.append(_gpu_row(label, info, u, gap, prices, billed=not instance))
-    total = _gpu_row("total", None, _calendar_of(every, whole), whole_gap, prices, billed=True)
+    total = _gpu_row("total", None, _total_of(cards, workers), cards_gap, prices, billed=True)
     return tuple(rows), total
 
 
-def _calendar_of(every: GpuUsage, whole: GpuUsage) -> GpuUsage:
-    """All GPUs' usage, with the observed time of whole cards only (MIG instances share theirs)."""
-    return replace(every, observed_s=whole.observed_s)
+_CARD_FIELDS = (  # a MIG card's own figures; its instances' copies would count them twice
+    "observed_s",
+    "energy_j",
+    "energy_estimated_j",
+    "energy_known_s",
+    "pcie_tx_bytes",
+    "pcie_rx_bytes",
+    "pcie_known_s",
+)
+
+
+def _total_of(cards: GpuUsage, workers: GpuUsage) -> GpuUsage:
+    """The box's usage: time, energy and PCIe of the cards, and the work (busy, idle, occupancy,
+    allocated, starved, unqueued) of whole GPUs and MIG instances, never of a MIG card too."""
+    return replace(workers, **{name: getattr(cards, name) for name in _CARD_FIELDS})
 
 
 def _gpu_row(label: str, info: GpuInfo | None, u: GpuUsage, gap: float, prices: Prices, billed: bool) -> UsageRow:

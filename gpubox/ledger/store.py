@@ -13,7 +13,7 @@ import json
 import os
 import sqlite3
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -59,7 +59,8 @@ class LedgerStore:
     """The ledger's SQLite database; one instance per thread."""
 
     def __init__(self, path: Path, *, create: bool = True) -> None:
-        """`create=False` (a report) refuses a database that does not exist yet instead of making one."""
+        """`create=False` (a report, `queue show`, a scrape) reads only: it refuses a database that
+        does not exist yet or has another schema than this gpubox's, and never writes to it."""
         self.path = Path(path)
         try:
             if not self.path.exists():
@@ -67,15 +68,20 @@ class LedgerStore:
                     raise LedgerError(f"no ledger yet at {self.path}: the queue daemon records one")
                 ensure_private_dir(self.path.parent)
                 os.close(os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600))
-            self._db = sqlite3.connect(self.path, timeout=10.0, isolation_level=None, check_same_thread=False)
+            # mode=ro still lets SQLite make the WAL index it needs to read, and nothing else
+            target, uri = (self.path, False) if create else (f"{self.path.absolute().as_uri()}?mode=ro", True)
+            self._db = sqlite3.connect(target, timeout=10.0, isolation_level=None, check_same_thread=False, uri=uri)
         except (OSError, sqlite3.Error) as e:
             raise LedgerError(f"cannot open the ledger {self.path}: {e}") from None
         try:
             self._db.execute("PRAGMA busy_timeout = 10000")
-            self._db.execute("PRAGMA synchronous = NORMAL")
             version = self._db.execute("PRAGMA user_version").fetchone()[0]
             if version == 0 and self._db.execute("SELECT count(*) FROM sqlite_master").fetchone()[0]:
                 raise LedgerError(f"{self.path} is an SQLite database, but not gpubox's ledger")
+            if not create:
+                self._check_readable(version)
+                return
+            self._db.execute("PRAGMA synchronous = NORMAL")
             if str(self._db.execute("PRAGMA journal_mode = WAL").fetchone()[0]).lower() != "wal":
                 raise LedgerError(f"the ledger {self.path} cannot use WAL mode")
             if version != SCHEMA_VERSION:
@@ -86,6 +92,17 @@ class LedgerStore:
         except LedgerError:
             self._db.close()
             raise
+
+    def _check_readable(self, version: int) -> None:
+        """A reader takes the current schema only: setting one up or upgrading it is the daemon's."""
+        if version == 0:
+            raise LedgerError(f"{self.path} is not a gpubox ledger (it is empty): the gpubox daemon sets it up")
+        if version > SCHEMA_VERSION:
+            raise LedgerError(f"the ledger {self.path} has schema {version}; this gpubox knows {SCHEMA_VERSION}")
+        if version != SCHEMA_VERSION:
+            raise LedgerError(
+                f"the ledger {self.path} has schema {version}: the gpubox daemon upgrades it when it starts"
+            )
 
     def _init_schema(self) -> None:
         with self._write() as db:
@@ -116,22 +133,34 @@ class LedgerStore:
         try:
             yield self._db
         except sqlite3.DatabaseError as e:
-            self._db.execute("ROLLBACK")
-            raise LedgerError(f"the ledger {self.path} failed ({e})") from None
+            self._rollback()
+            raise LedgerError(f"the ledger {self.path} failed ({e})") from e
         except BaseException:
-            self._db.execute("ROLLBACK")
+            self._rollback()
             raise
-        else:
+        try:
             self._db.execute("COMMIT")
+        except sqlite3.DatabaseError as e:  # disk full, I/O error: nothing of the batch is kept
+            self._rollback()
+            raise LedgerError(f"the ledger {self.path} could not commit ({e})") from e
+
+    def _rollback(self) -> None:
+        """End a failed transaction; SQLite may have ended it already, and that is not a second error."""
+        if self._db.in_transaction:
+            with suppress(sqlite3.DatabaseError):
+                self._db.execute("ROLLBACK")
 
     @contextmanager
     def reading(self) -> Iterator[None]:
         """One read transaction: every query inside sees the same committed state."""
-        self._db.execute("BEGIN")
+        try:
+            self._db.execute("BEGIN")
+        except sqlite3.DatabaseError as e:
+            raise LedgerError(f"the ledger {self.path} cannot be read ({e})") from e
         try:
             yield
         finally:
-            self._db.execute("COMMIT")
+            self._rollback()  # it wrote nothing: ending it cannot fail for want of disk
 
     def rows(self, sql: str, params: Sequence[object] = ()) -> list[tuple[Any, ...]]:
         try:

@@ -68,7 +68,7 @@ class GpuUsage(Sums):
     pcie_tx_bytes: float = 0.0
     pcie_rx_bytes: float = 0.0
     pcie_known_s: float = 0.0
-    unqueued_s: float = 0.0  # not allocated, and processes outside the queue on it
+    unqueued_s: float = 0.0  # processes outside the queue on it, whether a job held it or not
     busy_source: int = 0  # SM_ACTIVE | GPU_BUSY flags
 
 
@@ -90,7 +90,7 @@ class AttemptUsage(Sums):
 
 @dataclass(frozen=True)
 class UnqueuedUsage(Sums):
-    """One user's processes on GPUs that no queue job held: GPU-seconds."""
+    """One user's processes outside the queue, on GPUs held by a job or not: GPU-seconds."""
 
     gpu_s: float = 0.0
     busy_s: float = 0.0

@@ -68,7 +68,12 @@ QUEUE_STATES = ("queued", "running")
 LEDGER_METRICS = (  # read from the ledger's GpuSeconds, by GPU UUID
     _gpu("allocated_seconds_total", "allocated_s", "Seconds the GPU was allocated to a queue job.", counter=True),
     _gpu("busy_seconds_total", "busy_s", "Seconds the GPU was busy.", counter=True),
-    _gpu("starved_seconds_total", "starved_s", "Seconds the GPU was busy while its job waited for data.", counter=True),
+    _gpu(
+        "starved_seconds_total",
+        "starved_s",
+        "Seconds the GPU was allocated, times the holding job's loader_wait: time the job's GPU waited for data.",
+        counter=True,
+    ),
 )
 
 ALL_METRICS = (*GPU_METRICS, GPU_LOST, *PROCESS_METRICS, QUEUE_JOBS, *LEDGER_METRICS)

@@ -12,7 +12,7 @@ class GpuSeconds:
 
     allocated_s: float | None = None  # held by a queue job
     busy_s: float | None = None
-    starved_s: float | None = None  # busy, while its job waited for data
+    starved_s: float | None = None  # allocated seconds times the holding job's loader_wait
 
 
 LedgerTotals = Callable[[], Mapping[str, GpuSeconds]]  # GPU UUID to its totals

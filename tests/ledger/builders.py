@@ -27,6 +27,7 @@ def proc(
     job_id: int | None = None,
     loader_wait: float | None = None,
     mem: int | None = None,
+    reasons: dict[str, str] | None = None,
 ) -> ProcessSnapshot:
     return ProcessSnapshot(
         pid=pid,
@@ -38,6 +39,7 @@ def proc(
         loader_wait=loader_wait,
         loader_wait_source="probe" if loader_wait is not None else None,
         gpu_mem_bytes=mem,
+        reasons=reasons or {},
     )
 
 

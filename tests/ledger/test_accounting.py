@@ -6,7 +6,7 @@ import pytest
 
 from gpubox.ledger.accounting import Gap, GpuMark, IntervalUsage, account_interval, split_periods
 from gpubox.ledger.rollup import Rollup
-from gpubox.ledger.usage import GPU_BUSY, SM_ACTIVE, GpuUsage
+from gpubox.ledger.usage import GPU_BUSY, SM_ACTIVE, GpuUsage, UnqueuedUsage
 from tests.ledger.builders import T0, gpu, job, proc
 
 
@@ -57,10 +57,29 @@ def test_starved_takes_the_largest_loader_wait_of_the_jobs_processes() -> None:
 
 
 def test_a_process_without_readable_job_id_belongs_to_the_job_of_its_user() -> None:
-    procs = [proc(1, user="alice", loader_wait=0.5, mem=100), proc(2, user="eve", loader_wait=1.0, mem=900)]
+    unreadable = {"job_id": "no_permission"}
+    procs = [
+        proc(1, user="alice", loader_wait=0.5, mem=100, reasons=unreadable),
+        proc(2, user="eve", loader_wait=1.0, mem=900, reasons=unreadable),
+    ]
     found = interval(account_interval(GpuMark(T0), gpu(gpu_busy=0.0), T0 + 10, procs, [job(3, "GPU-0")], 15))
     [part] = found.attempts
     assert part.usage.starved_s == 5 and part.gpu_mem_bytes == 100  # eve's process is not the job's
+    assert found.unqueued == () and found.gpu.unqueued_s == 0  # nor known to be outside the queue
+
+
+def test_an_untagged_process_of_the_queue_owner_is_not_the_job_on_its_gpu() -> None:
+    # Every job runs as the queue's owner: their notebook on a held GPU is not the job's, but use outside the queue.
+    procs = [
+        proc(1, user="alice", job_id=1, loader_wait=0.0, mem=1 << 30),
+        proc(2, user="alice", loader_wait=0.9, mem=40 << 30),  # its tag was read: no job started it
+    ]
+    found = interval(account_interval(GpuMark(T0), gpu(gpu_busy=50.0), T0 + 10, procs, [job(1, "GPU-0")], 15))
+    [part] = found.attempts
+    assert (part.usage.allocated_s, part.usage.busy_s) == (10, 5)
+    assert (part.usage.starved_s, part.usage.loader_known_s, part.gpu_mem_bytes) == (0, 10, 1 << 30)
+    assert (found.gpu.allocated_s, found.gpu.starved_s, found.gpu.unqueued_s) == (10, 0, 10)
+    assert found.unqueued == (("alice", UnqueuedUsage(gpu_s=10, busy_s=5, busy_known_s=10)),)
 
 
 def test_energy_from_the_counter_estimated_from_power_or_a_gap_after_a_reset() -> None:

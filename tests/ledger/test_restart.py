@@ -3,8 +3,10 @@ what was written; what was not written becomes a gap, and so does the time the d
 
 from __future__ import annotations
 
+import sqlite3
 from collections.abc import Iterable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -150,3 +152,37 @@ def test_a_failed_write_keeps_its_increments_for_the_next(tmp_path: Path, monkey
     drive(recorder, clock, busy_job, T0 + 120, T0 + 120)
     recorder.close()
     assert gpu_row(store, T0 + 120).observed_gpu_hours == 120 / 3600
+
+
+class FullDisk:
+    """The store's connection, except that COMMIT fails as it does on a full disk."""
+
+    def __init__(self, db: sqlite3.Connection) -> None:
+        self.db = db
+
+    def execute(self, sql: str, *args: Any) -> sqlite3.Cursor:
+        if sql == "COMMIT":
+            raise sqlite3.OperationalError("database or disk is full")
+        return self.db.execute(sql, *args)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.db, name)
+
+
+def test_a_failed_commit_is_a_ledger_error_and_the_next_write_has_it_all(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = open_store(tmp_path)
+    clock = Clock(T0)
+    recorder = Recorder(store, interval_s=5, clock=clock)  # writes at T0 + 60, T0 + 120, ...
+    real = store._db
+    monkeypatch.setattr(store, "_db", FullDisk(real))
+    with pytest.raises(LedgerError, match="disk is full") as failed:
+        drive(recorder, clock, busy_job, T0, T0 + 60)
+    assert isinstance(failed.value.__cause__, sqlite3.OperationalError)
+    assert not real.in_transaction  # rolled back: the next write can begin
+    monkeypatch.setattr(store, "_db", real)
+    drive(recorder, clock, busy_job, T0 + 65, T0 + 120)
+    recorder.close()
+    assert gpu_row(store, T0 + 120).observed_gpu_hours == 120 / 3600
+    assert gpu_row(store, T0 + 120).busy_gpu_hours == 120 / 3600

@@ -85,7 +85,7 @@ def test_csv_by_gpu(recorded: Box) -> None:
     result = recorded.report(*WINDOW, "--csv")
     assert result.returncode == 0, result.stderr
     records = list(csv.DictReader(io.StringIO(result.stdout)))
-    assert [(r["group"], float(r["calendar_gpu_hours"])) for r in records] == [("0", 2.0), ("1", 2.0)]
+    assert [(r["group"], float(r["calendar_gpu_hours"])) for r in records] == [("gpu 0", 2.0), ("gpu 1", 2.0)]
 
 
 @pytest.mark.parametrize(

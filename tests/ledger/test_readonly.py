@@ -1,0 +1,72 @@
+"""A reader (`create=False`: the report, `queue show`, every scrape) never writes to the ledger: it
+refuses an empty file and an older schema, which are the daemon's to set up and upgrade, and reads
+the current one, while the daemon writes or after it stopped."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from gpubox.ledger.accounting import Allocation
+from gpubox.ledger.recorder import Recorder
+from gpubox.ledger.report import build_report
+from gpubox.ledger.schema import SCHEMA, SCHEMA_VERSION, WAITS_SCHEMA
+from gpubox.ledger.store import LedgerError, LedgerStore
+from gpubox.telemetry.model import BoxSnapshot
+from tests.ledger.builders import T0, Clock, drive, gpu, job, open_store, snap
+
+
+def files(directory: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted(directory.iterdir())}
+
+
+def test_an_empty_file_is_refused_and_left_empty(tmp_path: Path) -> None:
+    path = tmp_path / "ledger.db"
+    path.touch()
+    with pytest.raises(LedgerError, match="is not a gpubox ledger"):
+        LedgerStore(path, create=False)
+    assert files(tmp_path) == {"ledger.db": b""}
+
+
+def test_an_older_schema_is_left_for_the_daemon_to_upgrade(tmp_path: Path) -> None:
+    path = tmp_path / "ledger.db"
+    db = sqlite3.connect(path)
+    db.executescript(SCHEMA.replace(WAITS_SCHEMA, "") + "PRAGMA user_version = 1;")
+    db.close()
+    before = files(tmp_path)
+    with pytest.raises(LedgerError, match=r"has schema 1: the gpubox daemon upgrades it when it starts"):
+        LedgerStore(path, create=False)
+    assert files(tmp_path) == before
+    db = sqlite3.connect(path)
+    assert db.execute("PRAGMA user_version").fetchone()[0] == 1
+    assert db.execute("SELECT count(*) FROM sqlite_master WHERE name = 'wait_hours'").fetchone()[0] == 0
+    db.close()
+    with LedgerStore(path) as daemon:  # the daemon's open upgrades it
+        assert daemon.rows("PRAGMA user_version") == [(SCHEMA_VERSION,)]
+
+
+def test_the_current_schema_reads_while_the_daemon_writes_and_after_it_stopped(tmp_path: Path) -> None:
+    store = open_store(tmp_path)
+    clock = Clock()
+    recorder = Recorder(store, interval_s=5, clock=clock, flush_every_s=0)
+
+    def scene(t: float) -> tuple[BoxSnapshot, list[Allocation]]:
+        return snap(t, [gpu(gpu_busy=50.0)]), [job(1, "GPU-0")]
+
+    drive(recorder, clock, scene, T0, T0 + 600)
+    with LedgerStore(store.path, create=False) as reader:  # the daemon's connection is open (WAL)
+        [row] = build_report(reader, T0, T0 + 600, "gpu", now=T0 + 600).rows
+        assert row.allocated_gpu_hours == 600 / 3600
+        with pytest.raises(LedgerError):
+            reader.prune(T0 + 600, keep_days=0)  # a reader cannot write
+    drive(recorder, clock, scene, T0 + 605, T0 + 1200)
+    recorder.close()
+    store.close()
+    state = store.path.parent
+    before = files(state)
+    with LedgerStore(store.path, create=False) as reader:
+        [row] = build_report(reader, T0, T0 + 1200, "gpu", now=T0 + 1200).rows
+        assert row.busy_gpu_hours == 600 / 3600
+    assert files(state)["ledger.db"] == before["ledger.db"]
