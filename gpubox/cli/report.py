@@ -110,6 +110,7 @@ def report(
 
 
 LATEST = 253_402_300_800.0  # 10000-01-01 UTC
+MAX_PRICE = 1e9
 
 
 def parse_when(text: str, now: float, option: str) -> float:
@@ -163,8 +164,9 @@ def _settings(per_gpu_hour: float | None, per_kwh: float | None, no_color: bool)
     from gpubox.ledger.report import Prices
 
     for flag, price in (("--price-per-gpu-hour", per_gpu_hour), ("--price-per-kwh", per_kwh)):
-        if price is not None and not (math.isfinite(price) and price >= 0):
-            raise GpuboxError(f"{flag} must be a number, 0 or more, not {price}", ExitCode.USAGE)
+        # A price above a billion per hour or kWh is a typo; past it, costs overflow to infinity.
+        if price is not None and not (math.isfinite(price) and 0 <= price <= MAX_PRICE):
+            raise GpuboxError(f"{flag} must be a number from 0 to {MAX_PRICE:.0e}, not {price}", ExitCode.USAGE)
     flags = {"report.gpu_hour_price": per_gpu_hour, "report.kwh_price": per_kwh, "color": False if no_color else None}
     cfg = load_config(flags)
     return Prices(cfg.get("report.gpu_hour_price"), cfg.get("report.kwh_price")), bool(cfg.get("color"))
