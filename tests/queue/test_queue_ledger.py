@@ -12,6 +12,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from gpubox.ledger.report import build_report
 from gpubox.ledger.store import LedgerStore, ledger_path
 from gpubox.paths import resolve_paths
+from tests.fake_nvml.build import fake_nvml_env
 from tests.fake_nvml.scenarios import FakeBox, h100
 from tests.queue.conftest import QueueBox, wait_until
 from tests.queue.test_queue_gpu_placement import add, start
@@ -84,3 +85,39 @@ def test_the_daemon_records_each_attempts_gpu_use(queue: QueueBox) -> None:
     }
     assert exported.keys() == held.keys()
     assert all(abs(exported[u] - held[u]) < 1e-6 for u in held)
+
+
+def test_a_daemon_killed_mid_job_leaves_a_gap_not_a_double_count(queue: QueueBox) -> None:
+    import signal
+
+    fake = box()
+    scenario = fake.write(queue.home / "scenario.txt")
+    queue.extra_env.update(fake_nvml_env(scenario, fake.library_variant, base={}))
+    queue.extra_env["GPUBOX_LEDGER_INTERVAL"] = "0.5"  # writes every 6 s; a gap is over 1.5 s
+    daemon = queue.start_daemon()
+    work = queue.home / "work"
+    work.mkdir()
+    job = add(queue, work, "--gpus", "1")
+    queue.wait_state(job, ("running",))
+    time.sleep(8.0)  # past the first write
+    daemon.send_signal(signal.SIGKILL)  # what it held since its last write is lost
+    daemon.wait()
+    time.sleep(3.0)  # longer than the max gap: the new daemon must call this a gap
+    queue.start_daemon()
+    time.sleep(3.0)
+    (work / f"release.{job}").touch()
+    row = queue.wait_state(job, ("succeeded",))  # the job outlived the daemon, as always
+    ran_s = row["ended_at"] - row["started_at"]
+    assert queue("daemon", "stop").returncode == 0
+    wait_until(lambda: not queue.socket.exists(), 20.0)
+
+    paths = resolve_paths(queue.env)
+    with LedgerStore(ledger_path(paths), create=False) as store:
+        report = build_report(store, row["submitted_at"] - 60, time.time() + 60, by="job")
+        gaps = store.rows("SELECT started_at, ended_at FROM gaps")
+    [attempt] = [r for r in report.rows if r.job_id == job]
+    allocated_s = attempt.allocated_gpu_hours * 3600
+    # Never more than the job ran (nothing counted twice), and short of it by the time nobody watched.
+    assert allocated_s <= ran_s + 1.0, (allocated_s, ran_s)
+    assert allocated_s >= ran_s - 15.0, (allocated_s, ran_s)
+    assert gaps and all(end - start >= 3.0 for start, end in gaps), gaps
