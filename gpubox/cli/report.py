@@ -202,7 +202,7 @@ def _print_data(request: ReportRequest, prices: Prices, as_json: bool) -> None:
     from gpubox.cli.report_view import cards, write_csv
     from gpubox.envelope import to_jsonable
 
-    with _ledger_errors(), open_ledger() as store:
+    with _ledger_errors(), open_ledger() as store, store.reading():  # one state for every part
         grouped, by_gpu = _reports(store, request, prices)
     if not as_json:
         write_csv(grouped.rows, sys.stdout)
@@ -218,7 +218,7 @@ def _print_human(request: ReportRequest, prices: Prices, color: bool) -> None:
     from gpubox.ledger.series import gpu_series
 
     out = console(color)
-    with _ledger_errors(), open_ledger() as store:
+    with _ledger_errors(), open_ledger() as store, store.reading():  # table, summary and chart agree
         grouped, by_gpu = _reports(store, request, prices)
         label_width = max((len(r.group) for r in by_gpu.rows), default=1)
         step = chart_step(request.since, request.until, chart_columns(out.width, label_width))

@@ -62,6 +62,7 @@ class LedgerStore:
         """`create=False` (a report, `queue show`, a scrape) reads only: it refuses a database that
         does not exist yet or has another schema than this gpubox's, and never writes to it."""
         self.path = Path(path)
+        self._reads = 0  # depth of nested reading() blocks
         try:
             if not self.path.exists():
                 if not create:
@@ -152,14 +153,24 @@ class LedgerStore:
 
     @contextmanager
     def reading(self) -> Iterator[None]:
-        """One read transaction: every query inside sees the same committed state."""
+        """One read transaction: every query inside sees the same committed state. Nested, the
+        outermost one holds (a report's table, totals and chart read one state together)."""
+        if self._reads:
+            self._reads += 1
+            try:
+                yield
+            finally:
+                self._reads -= 1
+            return
         try:
             self._db.execute("BEGIN")
         except sqlite3.DatabaseError as e:
             raise LedgerError(f"the ledger {self.path} cannot be read ({e})") from e
+        self._reads = 1
         try:
             yield
         finally:
+            self._reads = 0
             self._rollback()  # it wrote nothing: ending it cannot fail for want of disk
 
     def rows(self, sql: str, params: Sequence[object] = ()) -> list[tuple[Any, ...]]:

@@ -70,3 +70,19 @@ def test_the_current_schema_reads_while_the_daemon_writes_and_after_it_stopped(t
         [row] = build_report(reader, T0, T0 + 1200, "gpu", now=T0 + 1200).rows
         assert row.busy_gpu_hours == 600 / 3600
     assert files(state)["ledger.db"] == before["ledger.db"]
+
+
+def test_nested_reads_share_the_outermost_transaction(tmp_path: Path) -> None:
+    """A report's parts read in one transaction: a write between them is not seen by the later ones."""
+    path = tmp_path / "ledger.db"
+    LedgerStore(path).close()
+    reader = LedgerStore(path, create=False)
+    writer = sqlite3.connect(path, isolation_level=None)  # the daemon, in another process
+    with reader.reading():
+        before = reader.rows("SELECT count(*) FROM meta")
+        writer.execute("INSERT INTO meta (key, value) VALUES ('test', 1.0)")
+        with reader.reading():  # nested: still the outer snapshot
+            assert reader.rows("SELECT count(*) FROM meta") == before
+    assert reader.rows("SELECT count(*) FROM meta") == [(before[0][0] + 1,)]
+    reader.close()
+    writer.close()
