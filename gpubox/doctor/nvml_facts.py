@@ -18,6 +18,7 @@ from types import ModuleType
 from typing import Any
 
 from gpubox.doctor.model import GpuFacts, LinkSample, SystemFacts
+from gpubox.telemetry.devices import nvidia_devices_present
 from gpubox.telemetry.model import Reason
 from gpubox.telemetry.nvml_device import Caller, Device
 from gpubox.telemetry.nvml_errors import reason_for
@@ -51,14 +52,6 @@ def sysfs_bus_id(nvml_bus_id: str) -> str:
     """NVML's "00000000:18:00.0" (or legacy "0000:18:00.0") as sysfs names it: "0000:18:00.0"."""
     domain, _, rest = nvml_bus_id.strip().partition(":")
     return f"{int(domain, 16):04x}:{rest.lower()}"
-
-
-def nvidia_devices_present(root: str | os.PathLike[str] = "/") -> bool:
-    """Whether the kernel knows NVIDIA GPUs, whatever NVML says: /proc/driver/nvidia or /dev/nvidia0..."""
-    base = Path(root)
-    if (base / "proc/driver/nvidia").exists():
-        return True
-    return any(p.name[len("nvidia") :].isdigit() for p in (base / "dev").glob("nvidia*"))
 
 
 # -- reading every GPU once -------------------------------------------------------------------

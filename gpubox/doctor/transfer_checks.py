@@ -14,9 +14,6 @@ from gpubox.doctor.model import Check, Status, skipped
 from gpubox.doctor.thresholds import Thresholds
 from gpubox.doctor.transfer import LinkCopy, TransferResult
 
-# Defaults for limits that Thresholds may carry under the same names in lower case (doctor.* settings)
-D2D_WARN_FRACTION = 0.5  # on-GPU copy traffic below half the datasheet memory bandwidth
-MATMUL_WARN_FRACTION = 0.4  # a large matmul below 40% of the dense peak: clocks are held back
 # impact = shortfall x weight: copies are a part of each step, the matmul rate is all of it
 LINK_WEIGHT, D2D_WEIGHT, MATMUL_WEIGHT = 0.5, 0.3, 0.8
 
@@ -27,14 +24,9 @@ def transfer_checks(result: TransferResult, t: Thresholds) -> list[Check]:
         _link_check(result, result.h2d_pinned, t),
         _link_check(result, result.d2h_pinned, t),
         _pageable_check(result),
-        _d2d_check(result, _limit(t, "d2d_warn_fraction", D2D_WARN_FRACTION)),
-        _matmul_check(result, _limit(t, "matmul_warn_fraction", MATMUL_WARN_FRACTION)),
+        _d2d_check(result, t.d2d_warn_fraction),
+        _matmul_check(result, t.matmul_warn_fraction),
     ]
-
-
-def _limit(t: Thresholds, name: str, default: float) -> float:
-    """A limit from the thresholds when they carry it, else this module's default."""
-    return float(getattr(t, name, default))
 
 
 _LINK_WORDS = {"h2d": "host-to-device", "d2h": "device-to-host"}

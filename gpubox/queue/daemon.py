@@ -33,6 +33,7 @@ from gpubox.queue.layout import LOCK_NAME, attempt_prefix, db_path, log_paths, l
 from gpubox.queue.schedule import Plan, QueueConfig, plan_pass
 from gpubox.queue.spares import SparePool
 from gpubox.queue.store import JobStore
+from gpubox.telemetry.devices import nvidia_devices_present
 
 START_GRACE_S = 30.0  # a job recorded as started without a supervisor pid for this long never ran
 
@@ -299,7 +300,7 @@ class Daemon:
             return self.last_gpus
         except NoNvml as exc:
             self._no_gpus_until = self.clock() + 10.0  # do not try on every pass
-            self._nvml_error = str(exc) if _has_nvidia_devices() else None
+            self._nvml_error = str(exc) if nvidia_devices_present() else None
             return None if self._nvml_error else []
 
     def _reconcile(self, store: JobStore, running: list[Job]) -> bool:
@@ -507,18 +508,3 @@ def _capacity_left(
         return True
     held = {u for j in running for u in j.gpu_uuids} | {u for st in plan.starts for u in st.gpu_uuids}
     return any(g.uuid not in held and g.uuid not in paused for g in gpus)
-
-
-def _has_nvidia_devices() -> bool:
-    """Whether the kernel knows NVIDIA GPUs here, even when NVML cannot read them."""
-    try:
-        return any(os.scandir("/proc/driver/nvidia/gpus"))
-    except OSError:
-        return any(name.startswith("nvidia") and name[6:].isdigit() for name in _listdir("/dev"))
-
-
-def _listdir(path: str) -> list[str]:
-    try:
-        return os.listdir(path)
-    except OSError:
-        return []
