@@ -1,9 +1,10 @@
 """What a report reads from the ledger: sums over a window [since, until), in seconds.
 
 Per-GPU figures come from whole hours where the window covers them and from minutes at its two
-ends, so a report over a year reads some 9,000 rows per GPU rather than 525,600; a row counts when
-its start lies in the window (where retention dropped the minutes sooner than the hours, the
-window's two part hours are missing). Per-attempt and unqueued figures are kept per hour: every
+ends, so a report over a year reads some 9,000 rows per GPU rather than 525,600. A minute that the
+window cuts counts for the share of it inside the window, as if its use were spread evenly over it
+(where retention dropped the minutes sooner than the hours, the window's two part hours are
+missing). Per-attempt and unqueued figures are kept per hour: every
 hour that overlaps the window counts whole.
 """
 
@@ -13,7 +14,7 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from gpubox.ledger.rollup import HOUR
+from gpubox.ledger.rollup import HOUR, MINUTE
 from gpubox.ledger.schema import ATTEMPT_COLUMNS, GPU_COLUMNS, UNQUEUED_COLUMNS
 from gpubox.ledger.store import LedgerStore, tags_of
 from gpubox.ledger.usage import AttemptUsage, GpuUsage, UnqueuedUsage
@@ -72,8 +73,13 @@ def gpu_usage(store: LedgerStore, since: float, until: float) -> dict[int, GpuUs
     for table, key, lo, hi in window_parts(since, until):
         if lo >= hi:
             continue
-        sql = f"SELECT gpu, {GPU_COLUMNS.sums()} FROM {table} WHERE {key} >= ? AND {key} < ? GROUP BY gpu"
-        for row in store.rows(sql, (lo, hi)):
+        if table == "gpu_hours":  # whole hours, all inside
+            sums, starts = GPU_COLUMNS.sums(), f"{key} >= :lo"
+        else:  # every minute that overlaps [lo, hi), by the share of it inside
+            sums = GPU_COLUMNS.sums(weight=f"(MIN({key} + {MINUTE}, :hi) - MAX({key}, :lo)) / {float(MINUTE)}")
+            starts = f"{key} > :lo - {MINUTE}"
+        sql = f"SELECT gpu, {sums} FROM {table} WHERE {starts} AND {key} < :hi GROUP BY gpu"
+        for row in store.rows(sql, {"lo": lo, "hi": hi}):
             usage = GPU_COLUMNS.usage(row, 1)
             totals[row[0]] = totals[row[0]].plus(usage) if row[0] in totals else usage
     return totals

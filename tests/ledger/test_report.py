@@ -115,6 +115,25 @@ def test_a_window_cut_inside_hours_is_exact_to_the_minute_by_gpu(store: LedgerSt
     assert rows(store, since, until, "job")["1"].allocated_gpu_hours == 4.0
 
 
+@pytest.mark.parametrize(
+    ("start", "end"),
+    [
+        (25 * 60 + 20, 26 * 60 + 50),  # inside two minutes
+        (10 * 60 + 15, 10 * 60 + 45),  # inside one minute
+        (59 * 60 + 30, H + 30),  # across the hour, cutting a minute on each side
+        (25 * 60 + 20, H + 50 * 60 + 10),  # minutes cut, whole minutes, an hour, minutes, a minute cut
+    ],
+)
+def test_a_window_that_cuts_minutes_counts_their_share_by_gpu(store: LedgerStore, start: int, end: int) -> None:
+    since, until = T0 + start, T0 + end
+    g = rows(store, since, until, "gpu")
+    # GPU 0 is held and 80% busy the whole time: every figure follows the window to the second
+    assert g["0"].observed_gpu_hours == pytest.approx((until - since) / H, abs=1e-6)
+    assert g["0"].allocated_gpu_hours == pytest.approx((until - since) / H, abs=1e-6)
+    assert g["0"].busy_gpu_hours == pytest.approx(0.8 * (until - since) / H, abs=1e-6)
+    assert g["0"].calendar_gpu_hours == pytest.approx(g["0"].observed_gpu_hours, abs=1e-6)
+
+
 def test_bad_arguments_are_one_clear_error(store: LedgerStore) -> None:
     with pytest.raises(ValueError, match="--by must be one of"):
         build_report(store, T0, T0 + H, "team")
