@@ -178,6 +178,11 @@ def notes(report: LedgerReport) -> list[str]:
         )
     if report.by != "gpu":
         found.append(f"by {report.by}, every hour that overlaps the window counts whole")
+    if any(r.mig_instance is not None for r in report.rows):
+        found.append(
+            "a MIG instance counts as a GPU of its own: a card split in N instances can have up to N"
+            " allocated or busy GPU-hours per calendar hour"
+        )
     if report.by == "gpu" and report.price_per_gpu_hour is not None:
         found.append("by gpu, the GPU-hour price applies to calendar hours (MIG instances: their card pays)")
     elif report.price_per_gpu_hour is not None:

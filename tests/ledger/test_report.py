@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from gpubox.cli.report_view import notes
 from gpubox.ledger.accounting import Allocation
 from gpubox.ledger.findings import WaitSummary
 from gpubox.ledger.recorder import Recorder
@@ -160,6 +161,13 @@ def test_mig_instances_carry_the_work_and_their_card_the_calendar(tmp_path: Path
     assert report.total.calendar_gpu_hours == 1.0 and report.total.gpu_hour_cost == 2.0
     [hour] = report.unallocated_hours  # the idle instance, not the card
     assert hour.gpus == ("0/2",) and hour.unallocated_gpu_hours == 1.0
+    # two instances may hold more GPU-hours than their card's calendar: the text report says why
+    assert any("MIG instance counts as a GPU of its own" in n for n in notes(report))
+
+
+def test_no_mig_note_without_mig_instances(store: LedgerStore) -> None:
+    report = build_report(store, T0, T0 + H, "gpu", now=T0 + H)
+    assert not any("MIG instance" in n for n in notes(report))
 
 
 def test_a_series_per_gpu_for_the_chart(store: LedgerStore) -> None:
