@@ -176,6 +176,9 @@ def notes(report: LedgerReport) -> list[str]:
         found.append(
             f"nothing recorded since {when(report.recorded_until)}: is the daemon running? (gpubox daemon status)"
         )
+    elif report.until - report.recorded_until > 1:
+        stamp = time.strftime("%H:%M:%S", time.localtime(report.recorded_until))
+        found.append(f"recorded up to {stamp}: the daemon writes what it sampled once a minute")
     if report.by != "gpu":
         found.append(f"by {report.by}, every hour that overlaps the window counts whole")
     if any(r.mig_instance is not None for r in report.rows):

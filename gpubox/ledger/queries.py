@@ -1,10 +1,10 @@
 """What a report reads from the ledger: sums over a window [since, until), in seconds.
 
 Per-GPU figures come from whole hours where the window covers them and from minutes at its two
-ends, so a report over a year reads some 9,000 rows per GPU rather than 525,600. A minute that the
-window cuts counts for the share of it inside the window, as if its use were spread evenly over it
-(where retention dropped the minutes sooner than the hours, the window's two part hours are
-missing). Per-attempt and unqueued figures are kept per hour: every
+ends, so a report over a year reads some 9,000 rows per GPU rather than 525,600. A minute the
+window cuts counts for the part of it inside the window and not in a gap, up to what it observed,
+so a GPU's observed time never exceeds the window (where retention dropped the minutes sooner than
+the hours, the window's two part hours are missing). Per-attempt and unqueued figures are kept per hour: every
 hour that overlaps the window counts whole.
 """
 
@@ -68,21 +68,52 @@ def gpus(store: LedgerStore) -> dict[int, GpuInfo]:
     return {r[0]: GpuInfo(r[0], r[1], r[2], r[3], r[4], bool(r[5]), r[6]) for r in rows}
 
 
-def gpu_usage(store: LedgerStore, since: float, until: float) -> dict[int, GpuUsage]:
+Interval = tuple[float, float]
+
+
+def gpu_usage(
+    store: LedgerStore, since: float, until: float, gaps: Mapping[int, list[Interval]]
+) -> dict[int, GpuUsage]:
+    """Each GPU's usage over [since, until). A minute the window cuts counts for the time of it
+    inside the window that was not a gap, at most all it observed, and its other figures by the
+    same share; `gaps` are the GPUs' gaps (`gap_intervals`) over the window."""
     totals: dict[int, GpuUsage] = {}
+
+    def add(gpu: int, usage: GpuUsage) -> None:
+        totals[gpu] = totals[gpu].plus(usage) if gpu in totals else usage
+
     for table, key, lo, hi in window_parts(since, until):
-        if lo >= hi:
-            continue
-        if table == "gpu_hours":  # whole hours, all inside
-            sums, starts = GPU_COLUMNS.sums(), f"{key} >= :lo"
-        else:  # every minute that overlaps [lo, hi), by the share of it inside
-            sums = GPU_COLUMNS.sums(weight=f"(MIN({key} + {MINUTE}, :hi) - MAX({key}, :lo)) / {float(MINUTE)}")
-            starts = f"{key} > :lo - {MINUTE}"
-        sql = f"SELECT gpu, {sums} FROM {table} WHERE {starts} AND {key} < :hi GROUP BY gpu"
-        for row in store.rows(sql, {"lo": lo, "hi": hi}):
-            usage = GPU_COLUMNS.usage(row, 1)
-            totals[row[0]] = totals[row[0]].plus(usage) if row[0] in totals else usage
+        whole_lo, whole_hi = (lo, hi) if table == "gpu_hours" else _whole_minutes(lo, hi)
+        if whole_lo < whole_hi:
+            sql = f"SELECT gpu, {GPU_COLUMNS.sums()} FROM {table} WHERE {key} >= ? AND {key} < ? GROUP BY gpu"
+            for row in store.rows(sql, (whole_lo, whole_hi)):
+                add(row[0], GPU_COLUMNS.usage(row, 1))
+        if table == "gpu_minutes":
+            for minute in _cut_minutes(lo, hi):
+                part = (max(lo, minute), min(hi, minute + MINUTE))
+                sql = f"SELECT gpu, {GPU_COLUMNS.sums()} FROM gpu_minutes WHERE minute = ? GROUP BY gpu"
+                for row in store.rows(sql, (minute,)):
+                    usage = GPU_COLUMNS.usage(row, 1)
+                    inside = part[1] - part[0] - _overlap(part, gaps.get(row[0], []))
+                    if usage.observed_s > 0:
+                        add(row[0], usage.scaled(min(1.0, max(0.0, inside) / usage.observed_s)))
     return totals
+
+
+def _whole_minutes(lo: float, hi: float) -> Interval:
+    return math.ceil(lo / MINUTE) * MINUTE, math.floor(hi / MINUTE) * MINUTE
+
+
+def _cut_minutes(lo: float, hi: float) -> list[int]:
+    """The starts of the minutes that [lo, hi) covers only in part."""
+    first, last = math.floor(lo / MINUTE) * MINUTE, math.floor(hi / MINUTE) * MINUTE
+    if first == last:
+        return [first]  # hi is inside the minute lo starts in
+    return [m for m, cut in ((first, first < lo), (last, last < hi)) if cut]
+
+
+def _overlap(part: Interval, intervals: list[Interval]) -> float:
+    return sum(max(0.0, min(part[1], end) - max(part[0], start)) for start, end in intervals)
 
 
 def gpu_totals(store: LedgerStore) -> dict[int, GpuUsage]:
@@ -91,14 +122,15 @@ def gpu_totals(store: LedgerStore) -> dict[int, GpuUsage]:
     return {row[0]: GPU_COLUMNS.usage(row, 1) for row in rows}
 
 
-def gap_seconds(store: LedgerStore, since: float, until: float, now: float) -> dict[int, float]:
-    """Gap seconds per GPU inside the window, with the time since recording stopped, if it has."""
+def gap_intervals(store: LedgerStore, since: float, until: float, now: float) -> dict[int, list[Interval]]:
+    """Each GPU's gaps inside the window, with the time since recording stopped, if it has."""
     rows = store.rows(
-        "SELECT gpu, SUM(MIN(ended_at, ?) - MAX(started_at, ?)) FROM gaps"
-        " WHERE ended_at > ? AND started_at < ? GROUP BY gpu",
-        (until, since, since, until),
+        "SELECT gpu, MAX(started_at, ?), MIN(ended_at, ?) FROM gaps WHERE ended_at > ? AND started_at < ?",
+        (since, until, since, until),
     )
-    gaps = {gpu: float(seconds) for gpu, seconds in rows}
+    gaps: dict[int, list[Interval]] = {}
+    for gpu, start, end in rows:
+        gaps.setdefault(gpu, []).append((float(start), float(end)))
     meta = store.meta()
     last = meta.get("last_sample_at")
     if last is None or now - last <= meta.get("stale_after_s", 0.0):
@@ -109,8 +141,12 @@ def gap_seconds(store: LedgerStore, since: float, until: float, now: float) -> d
         if info.last_at is not None and info.last_at >= present:
             start, end = max(info.last_at, since), min(until, now)
             if end > start:
-                gaps[info.id] = gaps.get(info.id, 0.0) + end - start
+                gaps.setdefault(info.id, []).append((start, end))
     return gaps
+
+
+def gap_seconds(gaps: Mapping[int, list[Interval]]) -> dict[int, float]:
+    return {gpu: sum(end - start for start, end in spans) for gpu, spans in gaps.items()}
 
 
 def attempt_usage(store: LedgerStore, since: float, until: float) -> list[AttemptTotals]:

@@ -157,8 +157,9 @@ def build_report(
 def _by_gpu(
     store: LedgerStore, since: float, until: float, now: float, gpus: Mapping[int, GpuInfo], prices: Prices
 ) -> tuple[tuple[UsageRow, ...], UsageRow]:
-    usage = queries.gpu_usage(store, since, until)
-    gaps = queries.gap_seconds(store, since, until, now)
+    spans = queries.gap_intervals(store, since, until, now)
+    usage = queries.gpu_usage(store, since, until, spans)
+    gaps = queries.gap_seconds(spans)
     rows: list[UsageRow] = []
     cards = GpuUsage()  # whole GPUs and MIG cards: the calendar, energy and PCIe
     workers = GpuUsage()  # whole GPUs and MIG instances: where jobs run

@@ -183,3 +183,11 @@ def test_a_series_per_gpu_for_the_chart(store: LedgerStore) -> None:
     assert quarter[0].observed_s == 300 and quarter[1].observed_s == 900
     with pytest.raises(ValueError, match="whole number of minutes"):
         gpu_series(store, T0, T0 + H, 90)
+
+
+def test_a_window_past_the_last_write_says_what_is_recorded_so_far(store: LedgerStore) -> None:
+    live = build_report(store, T0 + H, T0 + 2 * H + 30, "gpu", now=T0 + 2 * H + 30)
+    assert not live.recording_stale
+    assert any(n.startswith("recorded up to ") for n in notes(live))
+    done = build_report(store, T0 + H, T0 + 2 * H, "gpu", now=T0 + 2 * H + 30)
+    assert not any(n.startswith("recorded up to ") for n in notes(done))

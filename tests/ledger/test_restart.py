@@ -186,3 +186,39 @@ def test_a_failed_commit_is_a_ledger_error_and_the_next_write_has_it_all(
     recorder.close()
     assert gpu_row(store, T0 + 120).observed_gpu_hours == 120 / 3600
     assert gpu_row(store, T0 + 120).busy_gpu_hours == 120 / 3600
+
+
+@pytest.mark.parametrize(
+    ("start", "end", "observed", "gap"),
+    [
+        (600, 630, 0, 30),  # inside the gap: nothing observed, all of it a gap
+        (610, 650, 15, 25),  # the minute observed 635..660; the window holds 15 s of that
+        (590, 640, 15, 35),  # a whole-minute part before, then the cut minute
+    ],
+)
+def test_a_window_that_cuts_a_minute_with_a_gap_never_exceeds_the_window(
+    tmp_path: Path, start: int, end: int, observed: int, gap: int
+) -> None:
+    store = open_store(tmp_path)
+    clock = Clock()
+    crashed = Recorder(store, interval_s=5, clock=clock)
+    drive(crashed, clock, busy_job, T0, T0 + 630)  # written up to T0 + 600
+    del crashed
+    restarted = Recorder(open_store(tmp_path), interval_s=5, clock=clock)
+    drive(restarted, clock, busy_job, T0 + 635, T0 + 1200)
+    restarted.close()
+    [r] = build_report(store, T0 + start, T0 + end, "gpu", now=T0 + 1200).rows
+    assert r.observed_gpu_hours * 3600 == pytest.approx(observed, abs=1e-6)
+    assert r.gap_gpu_hours * 3600 == pytest.approx(gap, abs=1e-6)
+    assert r.calendar_gpu_hours * 3600 == pytest.approx(end - start, abs=1e-6)
+    assert r.allocated_gpu_hours * 3600 == pytest.approx(observed, abs=1e-6)
+
+
+def test_a_window_that_cuts_the_minute_recording_stopped_in(tmp_path: Path) -> None:
+    store = open_store(tmp_path)
+    clock = Clock()
+    recorder = Recorder(store, interval_s=5, clock=clock)
+    drive(recorder, clock, busy_job, T0, T0 + 630)
+    recorder.close()  # observed up to T0 + 630, then an open gap
+    [r] = build_report(store, T0 + 615, T0 + 645, "gpu", now=T0 + 7200).rows
+    assert (r.observed_gpu_hours * 3600, r.gap_gpu_hours * 3600) == pytest.approx((15, 15), abs=1e-6)
