@@ -54,7 +54,7 @@ class Columns(Generic[_U]):
 
     def usage(self, row: Sequence[Any], offset: int = 0) -> _U:
         """The record back from `row[offset:]`, in the order of `names`; NULL sums are 0."""
-        stored = {c.field: round(row[offset + i] or 0) for i, c in enumerate(self.columns)}
+        stored = {c.field: int(row[offset + i] or 0) for i, c in enumerate(self.columns)}
         kw: dict[str, Any] = {}
         for c in self.columns:
             value = stored[c.unknown_of] - stored[c.field] if c.unknown_of else stored[c.field]
@@ -73,11 +73,9 @@ class Columns(Generic[_U]):
             parts.append("busy_source = busy_source | excluded.busy_source")
         return ", ".join(parts)
 
-    def sums(self, prefix: str = "", weight: str | None = None) -> str:
-        """SELECT expressions adding the columns up, in `names` order (flags: OR of distinct values),
-        each row's figures times the SQL expression `weight` when one is given."""
-        times = "" if weight is None else f" * ({weight})"
-        parts = [f"SUM({prefix}{c.name}{times})" for c in self.columns]
+    def sums(self, prefix: str = "") -> str:
+        """SELECT expressions adding the columns up, in `names` order (flags: OR of distinct values)."""
+        parts = [f"SUM({prefix}{c.name})" for c in self.columns]
         if self.has_flags:
             # the flags are 1, 2 or 3, so the OR of several distinct ones is always 3
             parts.append(

@@ -173,7 +173,7 @@ class LedgerStore:
             self._reads = 0
             self._rollback()  # it wrote nothing: ending it cannot fail for want of disk
 
-    def rows(self, sql: str, params: Sequence[object] | Mapping[str, object] = ()) -> list[tuple[Any, ...]]:
+    def rows(self, sql: str, params: Sequence[object] = ()) -> list[tuple[Any, ...]]:
         try:
             return list(self._db.execute(sql, params).fetchall())
         except sqlite3.DatabaseError as e:
