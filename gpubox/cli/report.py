@@ -91,7 +91,7 @@ def report(
     --by tag without --tag has one row per key=value pair (a job with two tags counts in both);
     with --tag KEY, one row per value of that key, and one for jobs without it. Whole hours that
     overlap the window count for job, kind, tag and user; by gpu, a minute the window cuts counts
-    by the share of it inside.
+    for its part inside the window.
 
     Exit codes: 0 ok, 1 no ledger yet or it cannot be read, 2 bad input.
     """

@@ -331,11 +331,17 @@ def findings(report: LedgerReport) -> list[Any]:
             what = f"{hours(a.starved_gpu_hours)} GPU-h starved of {hours(a.allocated_gpu_hours)} held"
             lines.append(Text(f"  {_attempt(a)}: {what}"))
     if report.unallocated_hours:
-        lines.append(Text("Hours when GPUs sat unallocated", style="bold"))
+        waited = any(h.jobs_waiting for h in report.unallocated_hours)
+        lines.append(Text("Hours when GPUs sat unallocated" + (" while jobs waited" if waited else ""), style="bold"))
         for h in report.unallocated_hours:
             lines.append(Text(f"  {_free_hour(h)}"))
     if not lines:
-        lines.append(Text("no findings: no job held a GPU idle or starved, and no GPU sat unallocated", style="dim"))
+        lines.append(
+            Text(
+                "no findings: no job held a GPU idle or starved, and no GPU sat unallocated while a job waited",
+                style="dim",
+            )
+        )
     return lines
 
 
@@ -351,7 +357,6 @@ def _free_hour(h: UnallocatedHour) -> str:
     text = f"{when(h.hour_start)}: {hours(h.unallocated_gpu_hours)} GPU-h unallocated{gpus}"
     if h.jobs_waiting:
         reasons = "; ".join(h.wait_reasons or ())
-        text += f" while {h.jobs_waiting} job{'s' if h.jobs_waiting != 1 else ''} waited" + (
-            f": {reasons}" if reasons else ""
-        )
+        jobs = "1 job" if h.jobs_waiting == 1 else f"up to {h.jobs_waiting} jobs"
+        text += f" while {jobs} waited" + (f": {reasons}" if reasons else "")
     return text

@@ -1,9 +1,10 @@
 """Findings that pay: the attempts that held GPUs idle longest, the most starved attempts, and the
-hours when GPUs sat unallocated.
+hours when GPUs sat unallocated while jobs waited.
 
-Why jobs waited in those hours is the queue's to say: a `WaitHistory` passed to the report answers
-it, and then only the hours in which some job waited are findings. Without one, the hours are
-ranked by unallocated GPU-hours and their `jobs_waiting` and `wait_reasons` are null.
+Who waited, and which GPUs sat free meanwhile, is the queue's to say: a `WaitHistory` passed to the
+report answers it (`StoredWaits`: what the daemon recorded, sample by sample), and then only time
+when a GPU was free while some job waited counts. Without one, the hours are ranked by unallocated
+GPU-hours and their `jobs_waiting` and `wait_reasons` are null.
 """
 
 from __future__ import annotations
@@ -12,11 +13,21 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from gpubox.ledger.queries import AttemptTotals, GpuInfo, unallocated_gpus, unallocated_hours
+from gpubox.ledger.queries import (
+    AttemptTotals,
+    GpuInfo,
+    free_gpus_while_waiting,
+    free_while_waiting,
+    unallocated_gpus,
+    unallocated_hours,
+)
 from gpubox.ledger.rollup import HOUR
 from gpubox.ledger.store import LedgerStore
 
 _H = 3600.0
+# A handover between two jobs leaves a GPU free for a sample or two while the next one is started;
+# a minute of GPU time in an hour is where a free GPU beside waiting jobs is worth a look.
+FREE_WHILE_WAITING_MIN_S = 60.0
 
 
 @dataclass(frozen=True)
@@ -28,9 +39,12 @@ class WaitSummary:
 
 
 class WaitHistory(Protocol):
-    """The hook for the queue: who waited during [start, end), or None when nothing waited."""
+    """The hook for the queue: who waited during [start, end), or None when nothing waited; and per
+    hour, the GPU-seconds and GPUs (row ids) that sat unallocated while some job waited, most first."""
 
     def waiting_during(self, start: float, end: float) -> WaitSummary | None: ...
+
+    def free_while_waiting(self, since: float, until: float) -> Sequence[tuple[int, float, Sequence[int]]]: ...
 
 
 class StoredWaits:
@@ -50,6 +64,13 @@ class StoredWaits:
             (start, end, self.reasons),
         )
         return WaitSummary(int(peak), tuple(str(r[0]) for r in rows))
+
+    def free_while_waiting(self, since: float, until: float) -> list[tuple[int, float, Sequence[int]]]:
+        least = FREE_WHILE_WAITING_MIN_S
+        return [
+            (hour, seconds, free_gpus_while_waiting(self.store, hour, least))
+            for hour, seconds in free_while_waiting(self.store, since, until, least)
+        ]
 
 
 @dataclass(frozen=True)
@@ -72,8 +93,8 @@ class AttemptFinding:
 @dataclass(frozen=True)
 class UnallocatedHour:
     hour_start: float
-    unallocated_gpu_hours: float  # observed, neither held by a job nor used outside the queue
-    gpus: tuple[str, ...]  # labels of the GPUs unallocated for at least half the hour
+    unallocated_gpu_hours: float  # observed, neither held by a job nor used outside the queue (while jobs waited)
+    gpus: tuple[str, ...]  # the GPUs free while jobs waited for a minute or more (no WaitHistory: half the hour)
     jobs_waiting: int | None  # null without a WaitHistory
     wait_reasons: tuple[str, ...] | None
 
@@ -122,13 +143,20 @@ def free_hours(
     waits: WaitHistory | None = None,
 ) -> tuple[UnallocatedHour, ...]:
     found: list[UnallocatedHour] = []
-    for hour, seconds in unallocated_hours(store, since, until):
+    ranked: list[tuple[int, float, Sequence[int]]]
+    if waits is None:
+        ranked = [
+            (hour, seconds, unallocated_gpus(store, hour)) for hour, seconds in unallocated_hours(store, since, until)
+        ]
+    else:
+        ranked = list(waits.free_while_waiting(since, until))
+    for hour, seconds, gpu_ids in ranked:
         if len(found) >= limit:
             break
         waited = waits.waiting_during(hour, hour + HOUR) if waits is not None else None
         if waits is not None and waited is None:
             continue
-        labels = tuple(sorted((gpus[g].label for g in unallocated_gpus(store, hour) if g in gpus), key=_label_order))
+        labels = tuple(sorted((gpus[g].label for g in gpu_ids if g in gpus), key=_label_order))
         found.append(
             UnallocatedHour(
                 hour_start=float(hour),

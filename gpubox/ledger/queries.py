@@ -117,9 +117,14 @@ def _overlap(part: Interval, intervals: list[Interval]) -> float:
 
 
 def gpu_totals(store: LedgerStore) -> dict[int, GpuUsage]:
-    """Each GPU's usage over every hour kept, whatever the clock says now (it may have been set back)."""
-    rows = store.rows(f"SELECT gpu, {GPU_COLUMNS.sums()} FROM gpu_hours GROUP BY gpu")
-    return {row[0]: GPU_COLUMNS.usage(row, 1) for row in rows}
+    """Each GPU's usage since the ledger began: every hour kept, whatever the clock says now (it may
+    have been set back), and what retention pruned."""
+    totals: dict[int, GpuUsage] = {}
+    for table in ("gpu_pruned", "gpu_hours"):
+        for row in store.rows(f"SELECT gpu, {GPU_COLUMNS.sums()} FROM {table} GROUP BY gpu"):
+            usage = GPU_COLUMNS.usage(row, 1)
+            totals[row[0]] = totals[row[0]].plus(usage) if row[0] in totals else usage
+    return totals
 
 
 def gap_intervals(store: LedgerStore, since: float, until: float, now: float) -> dict[int, list[Interval]]:
@@ -191,6 +196,22 @@ def unallocated_hours(store: LedgerStore, since: float, until: float) -> list[tu
         (since - HOUR, until),
     )
     return [(hour, free / 1000.0) for hour, free in rows]
+
+
+def free_while_waiting(store: LedgerStore, since: float, until: float, least_s: float) -> list[tuple[int, float]]:
+    """(hour, GPU-seconds that sat unallocated while some job waited), most first, from `least_s` up."""
+    rows = store.rows(
+        "SELECT hour, SUM(free_ms) AS free FROM wait_free WHERE hour > ? AND hour < ?"
+        " GROUP BY hour HAVING free >= ? ORDER BY free DESC, hour DESC",
+        (since - HOUR, until, 1000 * least_s),
+    )
+    return [(hour, free / 1000.0) for hour, free in rows]
+
+
+def free_gpus_while_waiting(store: LedgerStore, hour: int, least_s: float) -> list[int]:
+    """The GPUs (row ids) that sat unallocated for at least `least_s` while jobs waited in `hour`."""
+    rows = store.rows("SELECT gpu FROM wait_free WHERE hour = ? AND free_ms >= ?", (hour, 1000 * least_s))
+    return [r[0] for r in rows]
 
 
 def unallocated_gpus(store: LedgerStore, hour: int) -> list[int]:

@@ -92,9 +92,12 @@ class Recorder:
             processes.setdefault(p.gpu_uuid, []).append(p)
         mig_indices = {g.index for g in snapshot.gpus if g.mig_instance is not None}
         taken_at = snapshot.taken_at
+        free: list[str] = []  # neither held by a job nor used outside the queue (MIG: the instances)
         for gpu in snapshot.gpus:
             mark = self._marks.get(gpu.uuid)
             parent = gpu.mig_instance is None and gpu.index in mig_indices
+            if not parent and not holders.get(gpu.uuid) and not processes.get(gpu.uuid):
+                free.append(gpu.uuid)
             if mark is not None:
                 if taken_at <= mark.taken_at:
                     continue
@@ -110,13 +113,13 @@ class Recorder:
             self._marks[gpu.uuid] = new_mark
             self._rollup.see_gpu(GpuSeen(gpu.uuid, gpu.index, gpu.name, gpu.mig_instance, parent, new_mark))
         if waiting is not None:
-            self._record_waits(taken_at, waiting)
+            self._record_waits(taken_at, waiting, free)
         if self._clock() - self._flushed_at >= self.flush_every_s:
             self.flush()
 
-    def _record_waits(self, taken_at: float, waiting: Mapping[int, str]) -> None:
-        """The queued jobs and why they wait, as the queue said at this sample, for the time since
-        the previous one (none across a gap)."""
+    def _record_waits(self, taken_at: float, waiting: Mapping[int, str], free: Iterable[str]) -> None:
+        """The queued jobs and why they wait, and the GPUs free meanwhile, as this sample found them,
+        for the time since the previous one (none across a gap)."""
         before, self._waits_at = self._waits_at, taken_at
         if before is None or not before < taken_at <= before + self.max_gap_s:
             return
@@ -124,7 +127,7 @@ class Recorder:
         for reason in waiting.values():
             kind = wait_kind(reason)
             reasons[kind] = reasons.get(kind, 0) + 1
-        self._rollup.add_waits(before, taken_at, reasons)
+        self._rollup.add_waits(before, taken_at, reasons, free)
 
     def flush(self) -> None:
         """Write what was gathered since the last write, in one transaction. On failure (LedgerError)

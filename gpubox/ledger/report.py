@@ -17,8 +17,8 @@ Cost: `price_per_gpu_hour` is applied to calendar GPU-hours for `--by gpu` (a GP
 hour whether used or not; MIG instances get none, their card carries it) and to allocated
 GPU-hours for job, kind, tag and user (what the work held); `price_per_kwh`, when given, to energy.
 
-By gpu the window is exact: a minute it cuts counts by the share of it inside. By job, kind, tag
-and user use is kept per hour, and every hour that overlaps the window counts whole.
+By gpu the window is exact: a minute it cuts counts for its part inside (outside gaps). By job,
+kind, tag and user use is kept per hour, and every hour that overlaps the window counts whole.
 """
 
 from __future__ import annotations

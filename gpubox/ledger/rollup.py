@@ -5,7 +5,7 @@ per hour, gaps, and the GPUs' latest marks, gathered in memory and handed to the
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 
 from gpubox.ledger.accounting import Allocation, AttemptKey, Gap, GpuMark, IntervalUsage, split_periods
@@ -51,6 +51,7 @@ class Batch:
     meta: Mapping[str, float]  # settings a report needs to read the rest (max gap, staleness)
     wait_peaks: Mapping[int, int] = field(default_factory=dict)  # hour start -> most jobs waiting at once
     wait_reasons: Mapping[tuple[int, str], float] = field(default_factory=dict)  # (hour, reason) -> job-seconds
+    wait_free: Mapping[tuple[str, int], float] = field(default_factory=dict)  # (uuid, hour) -> free while jobs waited
 
     def gpu_hours(self) -> dict[tuple[str, int], GpuUsage]:
         """The per-minute increments summed per GPU per hour, for the hourly rollups."""
@@ -83,17 +84,22 @@ class Rollup:
         self._last_sample_at: float | None = None
         self._wait_peaks: dict[int, int] = {}
         self._wait_reasons: dict[tuple[int, str], float] = {}
+        self._wait_free: dict[tuple[str, int], float] = {}
 
-    def add_waits(self, start: float, end: float, reasons: Mapping[str, int]) -> None:
-        """Jobs waiting from `start` to `end`, counted by reason: job-seconds per hour and reason."""
+    def add_waits(self, start: float, end: float, reasons: Mapping[str, int], free: Iterable[str] = ()) -> None:
+        """Jobs waiting from `start` to `end`, counted by reason (job-seconds per hour and reason),
+        and the GPUs (UUIDs) that sat unallocated meanwhile."""
         jobs = sum(reasons.values())
         if not jobs:
             return  # an hour with nothing waiting has no row
+        free = tuple(free)
         for hour, part in split_periods(start, end, HOUR):
             self._wait_peaks[hour] = max(self._wait_peaks.get(hour, 0), jobs)
             for reason, count in reasons.items():
                 key = (hour, reason)
                 self._wait_reasons[key] = self._wait_reasons.get(key, 0.0) + part * count
+            for uuid in free:
+                self._wait_free[(uuid, hour)] = self._wait_free.get((uuid, hour), 0.0) + part
 
     def add(self, interval: IntervalUsage) -> None:
         seconds = interval.end - interval.start
@@ -137,6 +143,7 @@ class Rollup:
             meta=dict(meta),
             wait_peaks=dict(self._wait_peaks),
             wait_reasons=dict(self._wait_reasons),
+            wait_free=dict(self._wait_free),
         )
 
     def _see_attempt(self, allocation: Allocation, start: float, end: float, memory: int | None) -> None:

@@ -15,7 +15,7 @@ from typing import Any, Generic, TypeVar
 
 from gpubox.ledger.usage import AttemptUsage, GpuUsage, Sums, UnqueuedUsage
 
-SCHEMA_VERSION = 2  # 2: the queue's waits per hour
+SCHEMA_VERSION = 3  # 2: the queue's waits per hour; 3: free GPUs while jobs waited, pruned totals
 
 _U = TypeVar("_U", bound=Sums)
 _MS = 1000
@@ -145,6 +145,22 @@ CREATE TABLE wait_reasons (
 ) WITHOUT ROWID;
 """
 
+# GPU-seconds each GPU sat unallocated (observed, neither held by a job nor used outside the queue)
+# while at least one job waited, per hour; and each GPU's totals from the hours retention pruned, so
+# the exporter's counters never step back.
+FREE_SCHEMA = f"""
+CREATE TABLE wait_free (
+    hour INTEGER NOT NULL,
+    gpu INTEGER NOT NULL,
+    free_ms INTEGER NOT NULL,
+    PRIMARY KEY (hour, gpu)
+) WITHOUT ROWID;
+CREATE TABLE gpu_pruned (
+    gpu INTEGER PRIMARY KEY,
+    {GPU_COLUMNS.ddl()}
+);
+"""
+
 SCHEMA = (
     f"""
 CREATE TABLE meta (
@@ -209,4 +225,9 @@ CREATE INDEX gaps_ended ON gaps(ended_at);
 """
     + "\n"
     + WAITS_SCHEMA
+    + "\n"
+    + FREE_SCHEMA
 )
+
+# What a database of each older version lacks, applied in order by the daemon when it opens it.
+UPGRADES = {1: WAITS_SCHEMA, 2: FREE_SCHEMA}

@@ -26,7 +26,7 @@ from gpubox.ledger.schema import (
     SCHEMA,
     SCHEMA_VERSION,
     UNQUEUED_COLUMNS,
-    WAITS_SCHEMA,
+    UPGRADES,
     Columns,
 )
 from gpubox.paths import Paths, ensure_private_dir, resolve_paths
@@ -111,7 +111,8 @@ class LedgerStore:
             if version > SCHEMA_VERSION:
                 raise LedgerError(f"the ledger {self.path} has schema {version}; this gpubox knows {SCHEMA_VERSION}")
             if version < SCHEMA_VERSION:
-                for statement in (SCHEMA if version == 0 else WAITS_SCHEMA).split(";"):
+                steps = [SCHEMA] if version == 0 else [UPGRADES[v] for v in range(version, SCHEMA_VERSION)]
+                for statement in ";".join(steps).split(";"):
                     if statement.strip():
                         db.execute(statement)
                 db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
@@ -226,6 +227,11 @@ class LedgerStore:
                 " ON CONFLICT (hour, reason) DO UPDATE SET job_ms = job_ms + excluded.job_ms",
                 [(hour, reason, round(1000 * seconds)) for (hour, reason), seconds in batch.wait_reasons.items()],
             )
+            db.executemany(
+                "INSERT INTO wait_free (hour, gpu, free_ms) VALUES (?, ?, ?)"
+                " ON CONFLICT (hour, gpu) DO UPDATE SET free_ms = free_ms + excluded.free_ms",
+                [(hour, ids[uuid], round(1000 * seconds)) for (uuid, hour), seconds in batch.wait_free.items()],
+            )
             meta: dict[str, float] = dict(batch.meta)
             if batch.last_sample_at is not None:
                 meta["last_sample_at"] = batch.last_sample_at
@@ -258,7 +264,7 @@ class LedgerStore:
                 ),
             )
         named = {uuid for uuid, _ in batch.gpu_minutes} | {g.uuid for g in batch.gaps}
-        named |= {uuid for uuid, _, _ in batch.unqueued_hours}
+        named |= {uuid for uuid, _, _ in batch.unqueued_hours} | {uuid for uuid, _ in batch.wait_free}
         for uuid in named - set(batch.gpus):
             db.execute("INSERT OR IGNORE INTO gpus (uuid) VALUES (?)", (uuid,))
         return {uuid: gpu_id for gpu_id, uuid in db.execute("SELECT id, uuid FROM gpus")}
@@ -275,6 +281,13 @@ class LedgerStore:
             def delete(sql: str, *params: float) -> int:
                 return db.execute(sql, params).rowcount
 
+            # the exporter's counters run from the ledger's start: what leaves the hours goes to the base
+            db.execute(
+                f"INSERT INTO gpu_pruned (gpu, {', '.join(GPU_COLUMNS.names)})"
+                f" SELECT gpu, {GPU_COLUMNS.sums()} FROM gpu_hours WHERE hour <= ? GROUP BY gpu"
+                f" ON CONFLICT (gpu) DO UPDATE SET {GPU_COLUMNS.upsert_set()}",
+                (cut - HOUR,),
+            )
             return Pruned(
                 gpu_minutes=delete("DELETE FROM gpu_minutes WHERE minute <= ?", minute_cut - 60),
                 gpu_hours=delete("DELETE FROM gpu_hours WHERE hour <= ?", cut - HOUR),
@@ -284,7 +297,8 @@ class LedgerStore:
                 unqueued_hours=delete("DELETE FROM unqueued_hours WHERE hour <= ?", cut - HOUR),
                 gaps=delete("DELETE FROM gaps WHERE ended_at <= ?", cut),
                 waits=delete("DELETE FROM wait_hours WHERE hour <= ?", cut - HOUR)
-                + delete("DELETE FROM wait_reasons WHERE hour <= ?", cut - HOUR),
+                + delete("DELETE FROM wait_reasons WHERE hour <= ?", cut - HOUR)
+                + delete("DELETE FROM wait_free WHERE hour <= ?", cut - HOUR),
             )
 
 

@@ -1,7 +1,6 @@
 """The ledger's counters for the exporter: each GPU's allocated, busy and starved seconds since the
-ledger began, read at each scrape from the file the queue daemon writes (read-only). Rows older than
-`ledger.retention_days` are pruned, so once the ledger is that old the totals step back a little
-each day, which Prometheus reads as a counter reset."""
+ledger began, read at each scrape from the file the queue daemon writes (read-only). Retention
+moves what it prunes from the hourly rows into each GPU's base, so the counters never step back."""
 
 from __future__ import annotations
 

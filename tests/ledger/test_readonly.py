@@ -12,7 +12,7 @@ import pytest
 from gpubox.ledger.accounting import Allocation
 from gpubox.ledger.recorder import Recorder
 from gpubox.ledger.report import build_report
-from gpubox.ledger.schema import SCHEMA, SCHEMA_VERSION, WAITS_SCHEMA
+from gpubox.ledger.schema import FREE_SCHEMA, SCHEMA, SCHEMA_VERSION, WAITS_SCHEMA
 from gpubox.ledger.store import LedgerError, LedgerStore
 from gpubox.telemetry.model import BoxSnapshot
 from tests.ledger.builders import T0, Clock, drive, gpu, job, open_store, snap
@@ -30,21 +30,32 @@ def test_an_empty_file_is_refused_and_left_empty(tmp_path: Path) -> None:
     assert files(tmp_path) == {"ledger.db": b""}
 
 
-def test_an_older_schema_is_left_for_the_daemon_to_upgrade(tmp_path: Path) -> None:
+@pytest.mark.parametrize(("version", "lacks"), [(1, (WAITS_SCHEMA, FREE_SCHEMA)), (2, (FREE_SCHEMA,))])
+def test_an_older_schema_is_left_for_the_daemon_to_upgrade(
+    tmp_path: Path, version: int, lacks: tuple[str, ...]
+) -> None:
     path = tmp_path / "ledger.db"
+    old = SCHEMA
+    for part in lacks:
+        old = old.replace(part, "")
     db = sqlite3.connect(path)
-    db.executescript(SCHEMA.replace(WAITS_SCHEMA, "") + "PRAGMA user_version = 1;")
+    db.executescript(old + f"PRAGMA user_version = {version};")
+    db.execute("INSERT INTO gpus (id, uuid) VALUES (1, 'GPU-0')")
+    db.execute("INSERT INTO gpu_hours (hour, gpu, allocated_ms) VALUES (0, 1, 3600000)")
+    db.commit()
     db.close()
     before = files(tmp_path)
-    with pytest.raises(LedgerError, match=r"has schema 1: the gpubox daemon upgrades it when it starts"):
+    with pytest.raises(LedgerError, match=rf"has schema {version}: the gpubox daemon upgrades it when it starts"):
         LedgerStore(path, create=False)
     assert files(tmp_path) == before
     db = sqlite3.connect(path)
-    assert db.execute("PRAGMA user_version").fetchone()[0] == 1
-    assert db.execute("SELECT count(*) FROM sqlite_master WHERE name = 'wait_hours'").fetchone()[0] == 0
+    assert db.execute("PRAGMA user_version").fetchone()[0] == version
+    assert db.execute("SELECT count(*) FROM sqlite_master WHERE name = 'wait_free'").fetchone()[0] == 0
     db.close()
-    with LedgerStore(path) as daemon:  # the daemon's open upgrades it
+    with LedgerStore(path) as daemon:  # the daemon's open upgrades it, and keeps what was there
         assert daemon.rows("PRAGMA user_version") == [(SCHEMA_VERSION,)]
+        assert daemon.rows("SELECT count(*) FROM wait_free") == [(0,)]
+        assert daemon.rows("SELECT allocated_ms FROM gpu_hours") == [(3600000,)]
 
 
 def test_the_current_schema_reads_while_the_daemon_writes_and_after_it_stopped(tmp_path: Path) -> None:

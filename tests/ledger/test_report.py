@@ -100,9 +100,13 @@ def test_unallocated_hours_and_the_hook_for_why_jobs_waited(store: LedgerStore) 
             self.asked.append((start, end))
             return WaitSummary(2, ("needs 2 GPUs",)) if self.waited else None
 
+        def free_while_waiting(self, since: float, until: float) -> list[tuple[int, float, list[int]]]:
+            return [(T0, 1800.0, [4])]  # the queue's word: GPU 3 (row 4) free for half the hour while jobs waited
+
     waits = Waits(True)
     [hour] = build_report(store, T0, T0 + 2 * H, "gpu", now=T0 + 2 * H, waits=waits).unallocated_hours
     assert (hour.jobs_waiting, hour.wait_reasons, waits.asked) == (2, ("needs 2 GPUs",), [(T0, T0 + H)])
+    assert (hour.unallocated_gpu_hours, hour.gpus) == (0.5, ("3",))
     assert build_report(store, T0, T0 + 2 * H, "gpu", now=T0 + 2 * H, waits=Waits(False)).unallocated_hours == ()
 
 

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from gpubox.ledger import queries
 from gpubox.ledger.accounting import Allocation
 from gpubox.ledger.recorder import Recorder
 from gpubox.ledger.report import build_report
@@ -90,3 +91,19 @@ def test_retention_deletes_what_is_older_than_the_days_kept(tmp_path: Path) -> N
     recent = build_report(store, now - 3600, now, "job", now=now)
     assert [r.allocated_gpu_hours for r in recent.rows] == [1.0]
     assert store.prune(now + 6 * DAY, keep_days=5).gaps == 2  # the gap ended 6 days ago now
+
+
+def test_totals_since_the_ledger_began_never_drop_when_hours_are_pruned(tmp_path: Path) -> None:
+    store = open_store(tmp_path)
+    clock = Clock()
+    recorder = Recorder(store, interval_s=5, clock=clock)
+    for day in range(3):
+        drive(recorder, clock, working, T0 + day * DAY, T0 + day * DAY + 3600)
+    recorder.close()
+    before = queries.gpu_totals(store)
+    assert store.prune(T0 + 2 * DAY + 3600, keep_days=1).gpu_hours == 4  # two days of two GPUs
+    assert queries.gpu_totals(store) == before  # what the exporter's counters read
+    assert store.prune(T0 + 3 * DAY + 3600, keep_days=1).gpu_hours == 2  # and again: it adds up
+    assert queries.gpu_totals(store) == before
+    [gpu0] = [u for g, u in before.items() if queries.gpus(store)[g].uuid == "GPU-0"]
+    assert (gpu0.allocated_s, gpu0.busy_s) == (3 * 3600, 3 * 0.375 * 3600)

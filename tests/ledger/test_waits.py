@@ -45,6 +45,7 @@ def test_unallocated_hours_are_findings_only_while_jobs_waited(tmp_path: Path) -
         without = build_report(store, T0, T0 + 2 * H, "gpu")
     [hour] = report.unallocated_hours
     assert hour.hour_start == T0 and hour.gpus == ("1",) and hour.jobs_waiting == 2
+    assert hour.unallocated_gpu_hours == 1.0  # GPU 1, free the whole hour while they waited
     assert hour.wait_reasons == (wait_kind(NEEDS), "waits for job N to succeed")
     # Without the queue's waits every unallocated hour is listed, with nulls for why.
     assert sorted(h.hour_start for h in without.unallocated_hours) == [T0, T0 + H]
@@ -72,18 +73,41 @@ def test_the_report_says_why_jobs_waited_while_gpus_sat_unallocated(tmp_path: Pa
     assert res.returncode == 0, res.stderr
     assert "Hours when GPUs sat unallocated" in res.stdout
     line = next(x for x in res.stdout.splitlines() if "GPU-h unallocated (GPU 1)" in x)
-    assert "while 2 jobs waited" in line and "needs N GPUs with N GiB free" in line, line
+    assert "while up to 2 jobs waited" in line and "needs N GPUs with N GiB free" in line, line
 
 
 def test_a_ledger_from_before_the_waits_gains_them(tmp_path: Path) -> None:
     import sqlite3
 
-    from gpubox.ledger.schema import SCHEMA, SCHEMA_VERSION, WAITS_SCHEMA
+    from gpubox.ledger.schema import FREE_SCHEMA, SCHEMA, SCHEMA_VERSION, WAITS_SCHEMA
 
     path = tmp_path / "ledger.db"
     db = sqlite3.connect(path)
-    db.executescript(SCHEMA.replace(WAITS_SCHEMA, "") + "PRAGMA user_version = 1;")
+    db.executescript(SCHEMA.replace(WAITS_SCHEMA, "").replace(FREE_SCHEMA, "") + "PRAGMA user_version = 1;")
     db.close()
     with LedgerStore(path) as store:
         assert store.rows("PRAGMA user_version") == [(SCHEMA_VERSION,)]
         assert store.rows("SELECT count(*) FROM wait_reasons") == [(0,)]
+
+
+def test_a_gpu_freed_after_the_waiting_ended_is_no_finding(tmp_path: Path) -> None:
+    """One GPU: job 1 holds it for the first half hour while job 2 waits for it; then job 1 ends and
+    job 2 is cancelled, so the GPU sits free with nobody waiting. It was never free while a job
+    waited, and the handovers of a few seconds between jobs are not findings either."""
+    clock = Clock()
+    with open_store(tmp_path) as store:
+        recorder = Recorder(store, interval_s=5, clock=clock)
+        t = float(T0)
+        while t <= T0 + H:
+            clock.now = t
+            first_half = t < T0 + 1800
+            handover = T0 + 600 <= t < T0 + 610  # between two of job 1's attempts, job 2 still waiting
+            held = [] if handover or not first_half else [job(1, "GPU-0")]
+            waiting = {2: "needs 1 GPU: GPU 0 held by job 1 (train)"} if first_half else {}
+            recorder.record(snap(t, [gpu("GPU-0", 0, gpu_busy=50.0)]), held, waiting)
+            t += 5
+        recorder.close()
+        report = build_report(store, T0, T0 + H, "gpu", waits=StoredWaits(store))
+        [free] = store.rows("SELECT free_ms FROM wait_free")
+    assert free == (10_000,)  # the handover, recorded as it was
+    assert report.unallocated_hours == ()
