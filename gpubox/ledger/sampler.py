@@ -17,6 +17,7 @@ from gpubox.ledger.store import LedgerError, LedgerStore
 RETRY_BACKEND_S = 60.0  # a box whose driver is not loaded yet: look again this often
 PRUNE_EVERY_S = 86400.0
 MAX_FLUSH_EVERY_S = 60.0
+REPEAT_LOG_S = 3600.0  # the same failure is logged again after this long
 
 
 def flush_every(interval_s: float) -> float:
@@ -78,6 +79,7 @@ class LedgerSampler:
             return
         self.recording = True
         pruned_at = 0.0
+        told: dict[str, float] = {}  # message -> when it was last logged
         try:
             while True:
                 try:
@@ -85,10 +87,10 @@ class LedgerSampler:
                     if allocations is not None:
                         recorder.record(backend.sample(), allocations, self.waiting())
                     if self.clock() - pruned_at >= PRUNE_EVERY_S:
-                        store.prune(self.clock(), self.retention_days, self.minute_retention_days)
-                        pruned_at = self.clock()
+                        pruned_at = self.clock()  # a failed prune waits for the next day too
+                        store.prune(pruned_at, self.retention_days, self.minute_retention_days)
                 except Exception as exc:  # a bad sample or a locked database costs one sample
-                    self.log(f"recording GPU use: {type(exc).__name__}: {exc}")
+                    self._log_once(told, f"recording GPU use: {type(exc).__name__}: {exc}")
                 if self._stop.wait(self.interval_s):
                     break
         finally:
@@ -100,6 +102,15 @@ class LedgerSampler:
             finally:
                 store.close()
                 backend.close()
+
+    def _log_once(self, told: dict[str, float], message: str) -> None:
+        """Log a failure once an hour while it repeats (a read-only ledger fails every sample)."""
+        now = self.clock()
+        for old in [m for m, at in told.items() if now - at >= REPEAT_LOG_S]:
+            del told[old]
+        if message not in told:
+            told[message] = now
+            self.log(f"{message} (said again in an hour if it goes on)")
 
     def _backend(self) -> Any:
         """The telemetry backend, waiting for a driver that is not loaded yet; None when stopped."""

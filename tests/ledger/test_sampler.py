@@ -16,10 +16,11 @@ from tests.ledger.builders import gpu, job, snap
 
 
 class Box:
-    """A backend whose samples are one interval (0.01 s) apart; it can fail once."""
+    """A backend whose samples are one interval (0.01 s) apart; it can fail once, or from a sample on."""
 
-    def __init__(self, fail_at: int | None = None) -> None:
+    def __init__(self, fail_at: int | None = None, fail_from: int | None = None) -> None:
         self.t, self.samples, self.fail_at, self.closed = 1_700_000_000.0, 0, fail_at, False
+        self.fail_from = fail_from
         self.sampled = threading.Event()
 
     def sample(self) -> BoxSnapshot:
@@ -27,7 +28,11 @@ class Box:
         self.t += 0.01  # sample time, one interval apart
         if self.samples == self.fail_at:
             raise RuntimeError("a driver hiccup")
-        if self.samples >= 8:
+        if self.fail_from is not None and self.samples >= self.fail_from:
+            if self.samples >= 20:
+                self.sampled.set()
+            raise RuntimeError("the driver is gone")
+        if self.samples >= 8 and self.fail_from is None:
             self.sampled.set()
         return snap(self.t, [gpu("GPU-0", 0, gpu_busy=100.0)])
 
@@ -81,3 +86,13 @@ def test_a_bad_sample_costs_that_sample_and_the_rest_is_written_on_stop(tmp_path
         [(observed,)] = store.rows("SELECT SUM(observed_ms) FROM gpu_minutes")
     assert observed > 0
     assert any("a driver hiccup" in line for line in logs), logs
+
+
+def test_a_failure_that_repeats_every_sample_is_logged_once(tmp_path: Path) -> None:
+    box = Box(fail_from=2)
+    logs, store = run(tmp_path, box, lambda: [job(1, "GPU-0")])
+    store.close()
+    assert box.samples >= 20
+    assert [line for line in logs if "the driver is gone" in line] == [
+        "recording GPU use: RuntimeError: the driver is gone (said again in an hour if it goes on)"
+    ]
