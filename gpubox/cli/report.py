@@ -86,12 +86,12 @@ def report(
     held while the job waited for data (its loader_wait). With a price per GPU-hour, --by gpu
     costs the calendar hours and the other groupings the allocated ones; a price per kWh adds
     the energy. Below the table: utilisation over time per GPU, the jobs that held GPUs idle
-    longest, the most starved jobs, and the hours when GPUs sat unallocated.
+    longest, the most starved jobs, and the hours when GPUs sat unallocated while jobs waited.
 
-    --by tag without --tag has one row per key=value pair (a job with two tags counts in both);
-    with --tag KEY, one row per value of that key, and one for jobs without it. Whole hours that
-    overlap the window count for job, kind, tag and user; by gpu, a minute the window cuts counts
-    for its part inside the window.
+    --by tag without --tag has one row per key=value pair (a job with two tags counts in both) and
+    one "(untagged)"; with --tag KEY, one row per value of that key, and one for jobs without it.
+    Whole hours that overlap the window count for job, kind, tag and user; by gpu, a minute the
+    window cuts counts for its part inside the window.
 
     Exit codes: 0 ok, 1 no ledger yet or it cannot be read, 2 bad input.
     """

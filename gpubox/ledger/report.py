@@ -286,7 +286,8 @@ def _keys(a: AttemptTotals, by: str, tag_key: str | None) -> list[tuple[str, dic
         value = a.tags.get(tag_key)
         tag = f"{tag_key}={value}" if value is not None else None
         return [(tag or f"{tag_key}=(none)", {"tag": tag})]
-    return [(f"{k}={v}", {"tag": f"{k}={v}"}) for k, v in sorted(a.tags.items())]
+    # an attempt with no tags has a row of its own, so the rows account for every attempt
+    return [(f"{k}={v}", {"tag": f"{k}={v}"}) for k, v in sorted(a.tags.items())] or [("(untagged)", {"tag": None})]
 
 
 def _unqueued_for(

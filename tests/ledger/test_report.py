@@ -64,7 +64,8 @@ def test_per_attempt_sums_over_its_gpus(store: LedgerStore) -> None:
 
 def test_grouping_by_tag_each_pair_or_one_key(store: LedgerStore) -> None:
     pairs = rows(store, T0, T0 + 2 * H, "tag", prices=Prices(per_gpu_hour=3.0))
-    assert set(pairs) == {"team=vision", "project=p1", "team=speech"}
+    assert set(pairs) == {"team=vision", "project=p1", "team=speech", "(untagged)"}
+    assert pairs["(untagged)"].tag is None and pairs["(untagged)"].allocated_gpu_hours == 1.0  # job 3
     assert pairs["team=vision"].allocated_gpu_hours == pairs["project=p1"].allocated_gpu_hours == 4.0
     assert pairs["team=vision"].cost == 12.0 and pairs["team=speech"].cost == 3.0
     by_team = rows(store, T0, T0 + 2 * H, "tag", tag_key="team")
