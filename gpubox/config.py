@@ -30,7 +30,10 @@ def _number(raw: object, what: str) -> float:
     """A number from TOML or the environment; TOML's true/false is not one."""
     if isinstance(raw, bool):
         raise ValueError(f"expected {what}, got {raw!r}")
-    return float(raw)  # type: ignore[arg-type]
+    try:
+        return float(raw)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        raise ValueError(f"expected {what}, got {raw!r}") from None
 
 
 def _parse_interval(raw: object) -> float:
@@ -83,6 +86,17 @@ def _parse_threshold(raw: object) -> float:
     return value
 
 
+# A price above a billion per GPU-hour or kWh is a typo; past it, a year's costs overflow to infinity.
+MAX_PRICE = 1e9
+
+
+def _parse_price(raw: object) -> float:
+    value = _number(raw, "a price")
+    if not 0 <= value <= MAX_PRICE:  # NaN fails too
+        raise ValueError(f"must be a price from 0 to 1000000000, got {raw!r}")
+    return value
+
+
 _KINDS = ("infer", "quantize", "train", "batch", "other")  # gpubox.queue.jobs.KINDS (a test checks they agree)
 
 
@@ -111,8 +125,8 @@ SCHEMA: dict[str, tuple[Callable[[object], Any], Any]] = {
     "ledger.interval": (_parse_interval, 5.0),  # seconds between the daemon's samples of GPU use
     "ledger.retention_days": (_parse_days, 400),  # days of GPU use kept (per hour)
     "ledger.minute_retention_days": (_parse_days, 35),  # days of it kept per minute
-    "report.gpu_hour_price": (_parse_threshold, None),  # price of one GPU-hour, for costs in reports
-    "report.kwh_price": (_parse_threshold, None),  # price of one kWh, optional
+    "report.gpu_hour_price": (_parse_price, None),  # price of one GPU-hour, for costs in reports
+    "report.kwh_price": (_parse_price, None),  # price of one kWh, optional
     # The doctor's thresholds, from gpubox/doctor/thresholds.py (docs/doctor.md gives their sources).
     **{key: (_parse_threshold, default) for key, default in _DOCTOR_DEFAULTS.items()},
 }

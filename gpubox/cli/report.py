@@ -23,7 +23,7 @@ if TYPE_CHECKING:  # the ledger and rich load when the command runs, not with `g
 
 NO_LEDGER = "no GPU use recorded yet: the gpubox daemon records it while it runs (gpubox daemon status)"
 WHEN_FORMS = (
-    "a time ago such as 7d, 12h or 90m, a date such as 2026-11-01, a date and time such as 2026-11-01T08:00, or now"
+    "a time ago such as 2w, 7d, 12h or 90m, a date such as 2026-11-01, a date and time such as 2026-11-01T08:00, or now"
 )
 _TAG_KEY = re.compile(r"[A-Za-z0-9_.\-]+")  # as `queue add --tag` accepts keys
 
@@ -111,7 +111,8 @@ def report(
 
 
 LATEST = 253_402_300_800.0  # 10000-01-01 UTC
-MAX_PRICE = 1e9
+_BARE_NUMBER = re.compile(r"[+-]?\d+(\.\d*)?")
+_WEEKS = re.compile(r"(\d+(?:\.\d+)?)w", re.IGNORECASE)
 
 
 def parse_when(text: str, now: float, option: str) -> float:
@@ -129,8 +130,13 @@ def parse_when(text: str, now: float, option: str) -> float:
         moment = datetime.fromisoformat(value)
         when = (moment if moment.tzinfo is not None else moment.astimezone()).timestamp()
     except (ValueError, OverflowError, OSError):
+        if _BARE_NUMBER.fullmatch(value):  # seconds ago, or a Unix time? Neither is a guess worth making
+            raise GpuboxError(
+                f"invalid {option} {text!r}: give a unit (such as 90m or 7d) or a date", ExitCode.USAGE
+            ) from None
+        weeks = _WEEKS.fullmatch(value)
         try:
-            when = now - parse_duration(value)
+            when = now - (float(weeks[1]) * 7 * 86400 if weeks else parse_duration(value))
         except (ValueError, OverflowError):
             raise GpuboxError(f"invalid {option} {text!r}: expected {WHEN_FORMS}", ExitCode.USAGE) from None
     # Local time and SQLite's integers both end somewhere: a window from 1970 to the year 9999 is plenty.
@@ -161,13 +167,12 @@ def parse_request(since: str, until: str, by: str | None, tag: str | None, now: 
 
 def _settings(per_gpu_hour: float | None, per_kwh: float | None, no_color: bool) -> tuple[Prices, bool]:
     """Prices from the flags, else the config; and whether to colour."""
-    from gpubox.config import load_config
+    from gpubox.config import MAX_PRICE, load_config
     from gpubox.ledger.report import Prices
 
     for flag, price in (("--price-per-gpu-hour", per_gpu_hour), ("--price-per-kwh", per_kwh)):
-        # A price above a billion per hour or kWh is a typo; past it, costs overflow to infinity.
         if price is not None and not (math.isfinite(price) and 0 <= price <= MAX_PRICE):
-            raise GpuboxError(f"{flag} must be a number from 0 to {MAX_PRICE:.0e}, not {price}", ExitCode.USAGE)
+            raise GpuboxError(f"{flag} must be a price from 0 to 1000000000, not {price:g}", ExitCode.USAGE)
     flags = {"report.gpu_hour_price": per_gpu_hour, "report.kwh_price": per_kwh, "color": False if no_color else None}
     cfg = load_config(flags)
     return Prices(cfg.get("report.gpu_hour_price"), cfg.get("report.kwh_price")), bool(cfg.get("color"))

@@ -19,14 +19,24 @@ BAD = [
     ("unparsable-until", ("--until", "2026-13-45"), "invalid --until '2026-13-45'"),
     ("negative-duration", ("--since", "-7d"), "invalid --since '-7d'"),
     ("json-and-csv", ("--json", "--csv"), "--json and --csv cannot be used together"),
-    ("negative-price", ("--price-per-gpu-hour", "-1"), "--price-per-gpu-hour must be a number from 0 to 1e+09"),
-    ("nan-price", ("--price-per-kwh", "nan"), "--price-per-kwh must be a number from 0 to 1e+09"),
-    ("huge-price", ("--price-per-gpu-hour", "1e308"), "--price-per-gpu-hour must be a number from 0 to 1e+09"),
+    (
+        "negative-price",
+        ("--price-per-gpu-hour", "-1"),
+        "--price-per-gpu-hour must be a price from 0 to 1000000000, not -1",
+    ),
+    ("nan-price", ("--price-per-kwh", "nan"), "--price-per-kwh must be a price from 0 to 1000000000, not nan"),
+    ("huge-price", ("--price-per-gpu-hour", "1e308"), "--price-per-gpu-hour must be a price from 0 to 1000000000"),
+    ("bare-number-since", ("--since", "1700002800"), "invalid --since '1700002800': give a unit"),
     ("price-not-a-number", ("--price-per-kwh", "cheap"), "'cheap' is not a valid float"),
     ("tag-with-other-by", ("--by", "job", "--tag", "team"), "--tag KEY groups --by tag"),
     ("tag-key-with-value", ("--tag", "team=vision"), "invalid --tag 'team=vision': expected a tag key"),
     ("unknown-option", ("--group", "job"), "No such option: --group"),
-    ("bad-config-price", (), "report.gpu_hour_price: must be a number, 0 or more"),
+    ("bad-config-price", (), "report.gpu_hour_price: must be a price from 0 to 1000000000, got '-3'"),
+]
+
+BAD_SETTINGS = [
+    ("huge", {"GPUBOX_REPORT_GPU_HOUR_PRICE": "1e12"}, "report.gpu_hour_price: must be a price from 0 to 1000000000"),
+    ("not-a-number", {"GPUBOX_REPORT_KWH_PRICE": "abc"}, "report.kwh_price: expected a price, got 'abc'"),
 ]
 
 
@@ -40,6 +50,12 @@ def test_bad_input_is_one_line_and_exit_2(box: Box, args: tuple[str, ...], messa
     line = one_line_error(result, 2)
     assert message in line, line
     assert result.stdout == "" or "--json" in args
+
+
+@pytest.mark.parametrize(("env", "message"), [b[1:] for b in BAD_SETTINGS], ids=[b[0] for b in BAD_SETTINGS])
+def test_a_bad_price_setting_is_one_line_and_exit_2(recorded: Box, env: dict[str, str], message: str) -> None:
+    line = one_line_error(recorded.report(env=env), 2)
+    assert message in line, line
 
 
 def test_bad_input_with_json_still_gets_an_envelope(recorded: Box) -> None:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from gpubox.cli.report import parse_when
+from gpubox.exit_codes import GpuboxError
 from tests.helpers import run_gpubox
 
 
@@ -16,3 +18,24 @@ def test_a_window_outside_1970_to_9999_is_a_usage_error(when: str, as_json: bool
     assert res.stderr.count("\n") == 1 and "outside 1970 to 9999" in res.stderr and "Traceback" not in res.stderr
     if as_json:
         assert '"exit_code": 2' in res.stdout and '"data": null' in res.stdout
+
+
+NOW = 1_800_000_000.0
+
+
+@pytest.mark.parametrize(
+    ("text", "ago"),
+    [("90m", 5400), ("12h", 43200), ("7d", 7 * 86400), ("2w", 14 * 86400), ("1.5W", 1.5 * 7 * 86400), ("now", 0)],
+)
+def test_a_time_ago_in_minutes_hours_days_or_weeks(text: str, ago: float) -> None:
+    assert parse_when(text, NOW, "--since") == NOW - ago
+
+
+def test_a_date_is_local_time_unless_it_names_a_zone() -> None:
+    assert parse_when("2026-11-01T08:00+00:00", NOW, "--since") == 1_793_520_000.0
+
+
+@pytest.mark.parametrize("text", ["1700002800", "3600", "-5", "2.5"])
+def test_a_bare_number_is_refused_rather_than_guessed(text: str) -> None:
+    with pytest.raises(GpuboxError, match="give a unit"):
+        parse_when(text, NOW, "--since")
