@@ -64,6 +64,8 @@ class LedgerStore:
         self.path = Path(path)
         self._reads = 0  # depth of nested reading() blocks
         try:
+            if self.path.is_dir():
+                raise LedgerError(f"the ledger {self.path} is a directory, not a file")
             if not self.path.exists():
                 if not create:
                     raise LedgerError(f"no ledger yet at {self.path}: the queue daemon records one")
@@ -89,6 +91,12 @@ class LedgerStore:
                 self._init_schema()
         except sqlite3.DatabaseError as e:
             self._db.close()
+            if not create and "readonly" in str(e):
+                # a WAL database is read through a shared-memory file beside it, which SQLite must create
+                raise LedgerError(
+                    f"cannot read the ledger {self.path}: SQLite needs to create {self.path.name}-shm"
+                    f" in {self.path.parent}, which you cannot write to"
+                ) from None
             raise LedgerError(f"the ledger {self.path} is corrupt or not a gpubox ledger ({e})") from None
         except LedgerError:
             self._db.close()

@@ -30,6 +30,35 @@ def test_an_empty_file_is_refused_and_left_empty(tmp_path: Path) -> None:
     assert files(tmp_path) == {"ledger.db": b""}
 
 
+def test_a_folder_the_reader_cannot_write_is_said_to_be_one(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """What SQLite says when it cannot make the -shm file a WAL reader needs (a folder the user may
+    not write to: tests run as root, who may, so SQLite's answer is stood in for)."""
+    with open_store(tmp_path) as store:
+        path = store.path
+
+    class Refusing:
+        def execute(self, *args: object) -> None:
+            raise sqlite3.OperationalError("attempt to write a readonly database")
+
+        def close(self) -> None:
+            pass
+
+    monkeypatch.setattr(sqlite3, "connect", lambda *a, **k: Refusing())
+    with pytest.raises(LedgerError) as found:
+        LedgerStore(path, create=False)
+    assert str(found.value) == (
+        f"cannot read the ledger {path}: SQLite needs to create ledger.db-shm in {path.parent},"
+        " which you cannot write to"
+    )
+
+
+def test_a_directory_in_the_ledger_s_place_is_said_to_be_one(tmp_path: Path) -> None:
+    (tmp_path / "ledger.db").mkdir()
+    for create in (True, False):
+        with pytest.raises(LedgerError, match="is a directory, not a file"):
+            LedgerStore(tmp_path / "ledger.db", create=create)
+
+
 @pytest.mark.parametrize(("version", "lacks"), [(1, (WAITS_SCHEMA, FREE_SCHEMA)), (2, (FREE_SCHEMA,))])
 def test_an_older_schema_is_left_for_the_daemon_to_upgrade(
     tmp_path: Path, version: int, lacks: tuple[str, ...]
