@@ -58,6 +58,7 @@ def serve(
     except ValueError as exc:
         raise GpuboxError(str(exc), ExitCode.USAGE) from None
     collector = _open_collector(demo, "serve")
+    collector.on_new_error = fail  # once when it starts, not at every scrape while it lasts
     try:
         collector.warm_up()  # so that the first scrape has rates too, over the time since the start
         serve_metrics(collector, address, ready=lambda: sys.stderr.write(f"gpubox: serving {address.url}\n"))

@@ -35,6 +35,7 @@ class BoxCollector:
         # Scrapes may come at once; they share one backend, whose rates run from one call to the next.
         self._lock = threading.Lock()
         self.errors: tuple[str, ...] = ()  # what the last scrape could not read
+        self.on_new_error: Callable[[str], object] | None = None  # told of an error the scrape before did not have
 
     def warm_up(self) -> None:
         """Start the rates' window, so that the next scrape has rates."""
@@ -43,7 +44,12 @@ class BoxCollector:
 
     def collect(self) -> Iterator[Metric]:
         with self._lock:
+            before = set(self.errors)
             families, self.errors = self._scrape()
+            if self.on_new_error is not None:
+                for error in self.errors:
+                    if error not in before:
+                        self.on_new_error(error)
         yield from families
 
     def _scrape(self) -> tuple[list[Metric], tuple[str, ...]]:
@@ -62,7 +68,10 @@ class BoxCollector:
             try:
                 totals = self._ledger()
             except Exception as exc:  # a broken ledger must not cost the scrape its GPU figures
-                errors.append(f"the ledger cannot be read ({exc})")
+                from gpubox.ledger.store import LedgerError
+
+                said = str(exc) if isinstance(exc, LedgerError) else f"the ledger cannot be read ({exc})"
+                errors.append(f"{said}; its counters are left out")
             else:
                 families += ledger_families(totals, snap)
         return with_samples(families), tuple(errors)

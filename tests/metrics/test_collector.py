@@ -7,6 +7,7 @@ import pytest
 from prometheus_client.openmetrics.exposition import generate_latest as openmetrics_latest
 from prometheus_client.openmetrics.parser import text_string_to_metric_families as openmetrics_families
 
+from gpubox.ledger.store import LedgerError
 from gpubox.metrics.catalog import ALL_METRICS
 from gpubox.metrics.exposition import BoxCollector, dump, exposition_text, registry_of
 from gpubox.metrics.ledger_hook import GpuSeconds
@@ -153,7 +154,30 @@ def test_a_broken_ledger_costs_the_scrape_its_counters_only() -> None:
     found = samples(exposition_text(collector))
     assert "gpubox_gpu_busy_ratio" in {n for n, _ in found}
     assert not {n for n, _ in found if n.endswith("_seconds_total")}
-    assert collector.errors == ("the ledger cannot be read (disk I/O error)",)
+    assert collector.errors == ("the ledger cannot be read (disk I/O error); its counters are left out",)
+
+
+def test_an_error_is_told_once_when_it_starts_not_at_every_scrape() -> None:
+    state = {"broken": True}
+
+    def ledger() -> dict[str, GpuSeconds]:
+        if state["broken"]:
+            raise LedgerError("the ledger /x/ledger.db is corrupt or not a gpubox ledger (file is not a database)")
+        return {}
+
+    told: list[str] = []
+    collector = BoxCollector(SimulatedBackend(gpus=1, processes=0), ledger=ledger)
+    collector.on_new_error = told.append
+    for _ in range(3):
+        exposition_text(collector)
+    state["broken"] = False
+    exposition_text(collector)
+    state["broken"] = True
+    exposition_text(collector)
+    message = (
+        "the ledger /x/ledger.db is corrupt or not a gpubox ledger (file is not a database); its counters are left out"
+    )
+    assert told == [message, message]  # when it began, and when it came back
 
 
 def test_snapshot_errors_are_kept_for_the_caller() -> None:

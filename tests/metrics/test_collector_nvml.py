@@ -3,6 +3,9 @@
 
 from __future__ import annotations
 
+import signal
+import subprocess
+import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +18,16 @@ from tests.fake_nvml import scenarios
 from tests.fake_nvml.build import fake_nvml_env
 from tests.fake_nvml.scenarios import FakeBox, FakeGpu
 from tests.metrics.figures import assert_gpus_match, assert_processes_match
-from tests.metrics.support import RecordingBackend, key, of, run_metrics, samples
+from tests.metrics.support import (
+    RecordingBackend,
+    free_port,
+    key,
+    metrics_argv,
+    of,
+    run_metrics,
+    samples,
+    wait_for_port,
+)
 
 
 def scrapes(module: Any, count: int = 2) -> tuple[dict, RecordingBackend]:
@@ -130,3 +142,33 @@ def test_dump_in_a_subprocess_on_the_fake_library(tmp_path: Path) -> None:
         assert_matches_scenario(found, spec, str(i))
     assert_processes_of_scenario(found, box, {g.uuid: str(i) for i, g in enumerate(box.gpus)})
     assert len(of(found, "gpubox_process_gpu_memory_bytes")) == 16
+
+
+def test_serve_says_once_that_the_ledger_cannot_be_read(tmp_path: Path) -> None:
+    box = scenarios.hopper8(processes=0)
+    env = fake_nvml_env(box.write(tmp_path / "scenario.txt"), box.library_variant)
+    state = tmp_path / "state"
+    state.mkdir()
+    (state / "ledger.db").write_bytes(b"not a database" * 100)
+    env["GPUBOX_STATE_DIR"] = str(state)
+    port = free_port()
+    pipe = subprocess.PIPE
+    proc = subprocess.Popen(
+        metrics_argv("serve", "--listen", f"127.0.0.1:{port}"), stdout=pipe, stderr=pipe, text=True, env=env
+    )
+    try:
+        wait_for_port("127.0.0.1", port, proc)
+        for _ in range(3):
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=30) as response:
+                found = samples(response.read().decode())
+            assert of(found, "gpubox_gpu_busy_ratio") and not of(found, "gpubox_gpu_allocated_seconds_total")
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate(timeout=30)
+    lines = err.strip().splitlines()
+    assert lines[0] == f"gpubox: serving http://127.0.0.1:{port}/metrics"
+    assert len(lines) == 2 and "is corrupt or not a gpubox ledger" in lines[1], lines
+    assert lines[1].endswith("its counters are left out")
