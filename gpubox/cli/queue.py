@@ -150,9 +150,9 @@ def show(
     index = gpu_index(view)
     record = job_record(job, live_reasons(view) if job.state == "queued" else {}, index, with_env=as_json)
     tries = [attempt_record(a, index) for a in attempts]
-    usage = job_usage_record(job_id)
-    text = job_details(record, tries, gpu_request(job, index), usage)
-    emit("queue show", {"job": record, "attempts": tries, "usage": usage}, as_json, text)
+    usage, unread = job_usage_record(job_id)
+    text = job_details(record, tries, gpu_request(job, index), usage, usage_unread=unread is not None)
+    emit("queue show", {"job": record, "attempts": tries, "usage": usage}, as_json, text, [unread] if unread else [])
 
 
 @app.command("logs")

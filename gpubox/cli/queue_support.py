@@ -87,11 +87,12 @@ def keep_daemon(paths: Paths, every_s: float = 5.0) -> Any:
     return keep
 
 
-def emit(command: str, data: Any, as_json: bool, text: str) -> None:
+def emit(command: str, data: Any, as_json: bool, text: str, errors: list[str] | None = None) -> None:
+    """`errors`: what could not be read beside the data (the JSON's errors; in text, said on stderr already)."""
     if as_json:
         from gpubox.cli.output import print_json
 
-        print_json(command, data)
+        print_json(command, data, errors=errors)
     elif text:
         sys.stdout.write(text + "\n")
 

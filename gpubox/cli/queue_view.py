@@ -90,6 +90,7 @@ def job_details(
     attempts: Sequence[Mapping[str, Any]],
     request: str,
     usage: Mapping[str, Any] | None = None,
+    usage_unread: bool = False,
 ) -> str:
     lines = [
         f"job {rec['id']}" + (f" ({rec['name']})" if rec["name"] else ""),
@@ -107,7 +108,7 @@ def job_details(
         f"  started     {_when(rec['started_at'])}",
         f"  ended       {_when(rec['ended_at'])}",
         f"  exit code   {DASH if rec['exit_code'] is None else rec['exit_code']}",
-        f"  gpu use     {gpu_use(usage)}",
+        f"  gpu use     {'not shown: the ledger cannot be read' if usage_unread else gpu_use(usage)}",
     ]
     for a in attempts:
         ran = None if a["ended_at"] is None else a["ended_at"] - a["started_at"]
@@ -132,7 +133,7 @@ def gpu_use(usage: Mapping[str, Any] | None) -> str:
     energy = "unknown" if usage["energy_kwh"] is None else f"{usage['energy_kwh']:.3g} kWh"
     attempts = usage["attempts"]
     return (
-        f"{_gpu_time(usage['allocated_gpu_hours'], DASH)} allocated"
+        f"{_gpu_time(usage['allocated_gpu_hours'], DASH)} GPU-time allocated"
         f" over {attempts} attempt{'' if attempts == 1 else 's'}, busy {busy},"
         f" idle while allocated {_gpu_time(usage['idle_allocated_gpu_hours'], 'unknown')},"
         f" starved {_gpu_time(usage['starved_gpu_hours'], 'not measured')}, energy {energy}"

@@ -246,9 +246,9 @@ def _ledger_errors() -> Iterator[None]:
         raise GpuboxError(str(exc), ExitCode.USAGE) from None
 
 
-def job_usage_record(job_id: int) -> dict[str, Any] | None:
-    """One queue job's GPU use for `queue show` (its JSON `usage`), or None when the ledger has
-    none; a ledger that cannot be read is said on stderr and shown as none."""
+def job_usage_record(job_id: int) -> tuple[dict[str, Any] | None, str | None]:
+    """One queue job's GPU use for `queue show` (its JSON `usage`), None when the ledger has none;
+    and why it is not shown when the ledger cannot be read (also said on stderr)."""
     from gpubox.envelope import to_jsonable
     from gpubox.ledger.attempt_lookup import recorded_job_usage
     from gpubox.ledger.store import LedgerError
@@ -256,6 +256,7 @@ def job_usage_record(job_id: int) -> dict[str, Any] | None:
     try:
         usage = recorded_job_usage(job_id)
     except LedgerError as exc:
-        sys.stderr.write(f"gpubox: GPU use not shown: {exc}\n")
-        return None
-    return to_jsonable(usage) if usage is not None else None
+        error = f"GPU use not shown: {exc}"
+        sys.stderr.write(f"gpubox: {error}\n")
+        return None, error
+    return (to_jsonable(usage) if usage is not None else None), None

@@ -42,7 +42,7 @@ def test_the_usage_line_and_key(recorded: Box) -> None:
     text = show(recorded, 1)
     line = next(line for line in text.splitlines() if line.startswith("  gpu use"))
     assert line == (
-        "  gpu use     2h00m allocated over 1 attempt, busy 1h30m (75%), idle while allocated 30m,"
+        "  gpu use     2h00m GPU-time allocated over 1 attempt, busy 1h30m (75%), idle while allocated 30m,"
         " starved 24m, energy 0.6 kWh"
     )
     usage = show(recorded, 1, "--json")["data"]["usage"]
@@ -72,8 +72,13 @@ def test_a_damaged_ledger_is_said_once_and_the_job_still_shown(box: Box) -> None
     queue_jobs(box, 1)
     (box.state_dir / "ledger.db").write_bytes(b"not a database" * 100)
     result = run_gpubox("queue", "show", "1", env=box.env)
-    assert result.returncode == 0 and "  gpu use     not recorded\n" in result.stdout
+    assert result.returncode == 0 and "  gpu use     not shown: the ledger cannot be read\n" in result.stdout
     assert result.stderr.startswith("gpubox: GPU use not shown: ") and result.stderr.count("\n") == 1
+    result = run_gpubox("queue", "show", "1", "--json", env=box.env)
+    doc = json.loads(result.stdout)
+    assert result.returncode == 0 and doc["data"]["usage"] is None and doc["data"]["job"]["id"] == 1
+    [error] = doc["errors"]  # told apart from "nothing recorded", whose errors are empty
+    assert error.startswith("GPU use not shown: ") and "corrupt" in error
 
 
 def test_the_lookup_sums_every_attempt(box: Box) -> None:
