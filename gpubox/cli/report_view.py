@@ -142,7 +142,7 @@ def render(view: ReportView, console: Any) -> None:
     for note in notes(report):
         console.print(Text(f"note: {note}", style="dim"))
     console.print()
-    console.print(table(report))
+    console.print(table(report, console.width))
     if view.series:
         console.print()
         for line in chart(view):
@@ -194,6 +194,7 @@ def notes(report: LedgerReport) -> list[str]:
 
 
 Column = tuple[str, Callable[[UsageRow], str]]
+MIN_TEXT_WIDTH = 8  # "quantize", "total"; a longer name folds on a narrow terminal
 
 _FIGURES: tuple[Column, ...] = (
     ("alloc", lambda r: hours(r.allocated_gpu_hours)),
@@ -215,7 +216,7 @@ def columns(by: str) -> tuple[Column, ...]:
     if by == "gpu":
         lead: tuple[Column, ...] = (
             ("GPU", lambda r: r.group),
-            ("name", lambda r: _text(r.gpu_name) if r.group != "total" else ""),
+            ("name", lambda r: _text(_short_gpu_name(r.gpu_name)) if r.group != "total" else ""),
             ("calendar", lambda r: hours(r.calendar_gpu_hours)),
         )
         occupancy: Column = (
@@ -248,36 +249,74 @@ def shown_rows(rows: Sequence[UsageRow]) -> Sequence[UsageRow]:
     return [rows[i] for i in sorted(most)]
 
 
-def table(report: LedgerReport) -> Any:
+# Where a terminal is too narrow for every column, these go first (in this order) rather than have
+# rich squeeze figures into wrong ones; --csv and --json keep them all.
+DROPPED_FIRST = ("attempts", "peak\nmem", "SM\nocc", "unqueued", "name", "user", "kWh", "kind", "calendar", "starved")
+COLUMN_GAP, EDGES = 2, 2  # what rich puts between two columns here, and at the two edges
+
+
+def table(report: LedgerReport, width: int | None = None) -> Any:
     from rich import box
     from rich.table import Table
 
     grouped = f"{report.by} ({report.tag_key})" if report.tag_key else report.by
-    busy = f"; busy by {_BUSY_SOURCES.get(report.total.busy_source or '', report.total.busy_source)}"
+    notes = [f"busy by {_BUSY_SOURCES.get(report.total.busy_source or '', report.total.busy_source)}"]
     shown = shown_rows(report.rows)
     more = len(report.rows) - len(shown)
     if more:
-        busy += f"; {more:,} more rows with less allocated: --csv or --json has every one"
+        notes.append(f"{more:,} more rows with less allocated: --csv or --json has every one")
+    cols = list(columns(report.by))
+    cells = [[cell(row) for _, cell in cols] for row in (*shown, report.total)]
+    widths = [
+        min(widest, MIN_TEXT_WIDTH) if _is_text(name, report.by) else widest
+        for name, widest in ((name, _widest(name, [r[i] for r in cells])) for i, (name, _) in enumerate(cols))
+    ]
+    left_out = []
+    for name in DROPPED_FIRST:
+        if width is None or sum(widths) + COLUMN_GAP * (len(widths) - 1) + EDGES <= width:
+            break
+        names = [c[0] for c in cols]
+        if name in names[1:]:  # never the first: it says what each row is
+            i = names.index(name)
+            left_out.append(name.replace("\n", " "))
+            del cols[i], widths[i]
+            for r in cells:
+                del r[i]
+    if left_out:
+        notes.append(f"left out for the terminal's width: {', '.join(left_out)} (--csv or --json has them)")
     out = Table(
         title=f"GPU-hours by {grouped}",
         title_justify="left",
-        caption=f"alloc: held by a job; idle alloc: held and not busy; starved: held, waiting for data{busy}",
+        caption="alloc: held by a job; idle alloc: held and not busy; starved: held, waiting for data; "
+        + "; ".join(notes),
         caption_justify="left",
         header_style="bold",
         box=box.SIMPLE_HEAD,
         collapse_padding=True,
         pad_edge=False,
     )
-    cols = columns(report.by)
-    for name, _ in cols:
-        text = name in _TEXT or name == report.by
-        # figures never wrap and names fold, so that a narrow terminal keeps every figure whole
-        out.add_column(name, justify="left" if text else "right", overflow="fold", no_wrap=not text)
-    for row in shown:
-        out.add_row(*(cell(row) for _, cell in cols))
+    for (name, _), least in zip(cols, widths, strict=True):
+        text = _is_text(name, report.by)
+        # a narrow terminal squeezes the names, which fold, and never a figure, which would read as another
+        out.add_column(name, justify="left" if text else "right", overflow="fold", no_wrap=not text, min_width=least)
+    for row in cells[:-1]:
+        out.add_row(*row)
     out.add_section()
-    out.add_row(*(cell(report.total) for _, cell in cols), style="bold")
+    out.add_row(*cells[-1], style="bold")
     return out
+
+
+def _short_gpu_name(name: str | None) -> str | None:
+    """ "NVIDIA H100 80GB HBM3" as "H100 80GB HBM3": every GPU here is NVIDIA's."""
+    return name.removeprefix("NVIDIA ") if name else name
+
+
+def _is_text(name: str, by: str) -> bool:
+    return name in _TEXT or name == by
+
+
+def _widest(name: str, values: list[str]) -> int:
+    return max(len(line) for line in [*name.split("\n"), *values])
 
 
 def chart(view: ReportView) -> list[Any]:

@@ -106,3 +106,33 @@ def test_a_long_table_shows_the_rows_that_held_the_most_in_order() -> None:
     assert [int(r.group) for r in shown] == sorted(int(r.group) for r in shown)  # the report's order kept
     assert min(r.allocated_gpu_hours for r in shown) >= max(r.allocated_gpu_hours for r in rows if r not in shown)
     assert shown_rows(rows[:5]) == rows[:5]
+
+
+@pytest.mark.parametrize("by", ["gpu", "job", "kind", "user"])
+@pytest.mark.parametrize("width", [40, 60, 80, 120])
+def test_a_narrow_terminal_leaves_columns_out_and_never_cuts_a_figure(recorded: Box, by: str, width: int) -> None:
+    from rich.console import Console
+
+    from gpubox.cli.report_view import hours, money, table
+    from gpubox.ledger.report import Prices, build_report
+    from gpubox.ledger.store import LedgerStore
+    from tests.ledger.builders import T0
+    from tests.report.conftest import H
+
+    with LedgerStore(recorded.state_dir / "ledger.db", create=False) as store:
+        report = build_report(store, T0, T0 + 2 * H, by, prices=Prices(per_gpu_hour=2.0), now=T0 + 2 * H)
+    out = Console(width=width, record=True, no_color=True)
+    with out.capture() as captured:
+        out.print(table(report, width))
+    rendered = captured.get()
+    body = rendered.split("alloc: held by a job")[0]
+    assert max(len(line.rstrip()) for line in body.splitlines()) <= width
+    # the figures that always stay are whole: allocated, busy and cost of the total
+    total = next(line for line in body.splitlines() if line.lstrip().startswith("total")).split()
+    t = report.total
+    assert {hours(t.allocated_gpu_hours), hours(t.busy_gpu_hours), money(t.cost)} <= set(total), total
+    said = " ".join(rendered.split())
+    if width >= 120:
+        assert "left out" not in said
+    elif width == 40:
+        assert "left out for the terminal's width" in said
