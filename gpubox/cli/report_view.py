@@ -261,6 +261,8 @@ def table(report: LedgerReport, width: int | None = None) -> Any:
 
     grouped = f"{report.by} ({report.tag_key})" if report.tag_key else report.by
     notes = [f"busy by {_BUSY_SOURCES.get(report.total.busy_source or '', report.total.busy_source)}"]
+    if report.by == "job":
+        notes.append("peak mem: the most the job held on one GPU")
     shown = shown_rows(report.rows)
     more = len(report.rows) - len(shown)
     if more:

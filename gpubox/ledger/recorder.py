@@ -21,12 +21,14 @@ from gpubox.ledger.store import LedgerStore
 from gpubox.telemetry.model import BoxSnapshot, ProcessSnapshot
 
 _NUMBER = re.compile(r"\d+(\.\d+)?")
+_COUNTED = re.compile(r"\bN (GPU|job)s?\b")
 
 
 def wait_kind(reason: str) -> str:
-    """A waiting job's reason with its numbers as N ("needs N GPUs with N GiB free: GPU N held by
+    """A waiting job's reason with its numbers as N ("needs N GPU(s) with N GiB free: GPU N held by
     job N (train)"): one row per kind of wait and hour, however many jobs waited."""
-    return _NUMBER.sub("N", reason.strip())[:200] or "waits"
+    kind = _COUNTED.sub(r"N \1(s)", _NUMBER.sub("N", reason.strip()))  # "1 GPU" and "2 GPUs" are one kind
+    return kind[:200] or "waits"
 
 
 def _holders(snapshot: BoxSnapshot, allocations: Iterable[Allocation]) -> dict[str, list[Allocation]]:

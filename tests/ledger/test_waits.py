@@ -18,7 +18,9 @@ NEEDS = "needs 2 GPUs with 60 GiB free: GPU 1 held by job 12 (train)"
 
 
 def test_reasons_are_kept_by_kind_with_their_numbers_as_n() -> None:
-    assert wait_kind(NEEDS) == "needs N GPUs with N GiB free: GPU N held by job N (train)"
+    assert wait_kind(NEEDS) == "needs N GPU(s) with N GiB free: GPU N held by job N (train)"
+    assert wait_kind("needs 1 GPU: GPU 0 held by job 4 (infer)") == "needs N GPU(s): GPU N held by job N (infer)"
+    assert wait_kind("waits for 2 jobs to succeed") == wait_kind("waits for 1 job to succeed")
     assert wait_kind("waits for job 3.5 to succeed") == "waits for job N to succeed"
     assert wait_kind("  ") == "waits"
 
@@ -73,7 +75,7 @@ def test_the_report_says_why_jobs_waited_while_gpus_sat_unallocated(tmp_path: Pa
     assert res.returncode == 0, res.stderr
     assert "Hours when GPUs sat unallocated" in res.stdout
     line = next(x for x in res.stdout.splitlines() if "GPU-h unallocated (GPU 1)" in x)
-    assert "while up to 2 jobs waited" in line and "needs N GPUs with N GiB free" in line, line
+    assert "while up to 2 jobs waited" in line and "needs N GPU(s) with N GiB free" in line, line
 
 
 def test_a_ledger_from_before_the_waits_gains_them(tmp_path: Path) -> None:
