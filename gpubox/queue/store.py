@@ -15,7 +15,7 @@ import os
 import sqlite3
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -140,6 +140,10 @@ class JobStore:
         whole (WAL with synchronous=NORMAL). Submissions always wait for the disk."""
         self.path = Path(path)
         self._clock = clock
+        self._in_transaction = False
+        # Write transactions this connection committed: with `data_version` (other connections'
+        # commits), whether the database is still as it was when something was read.
+        self.writes = 0
         try:
             ensure_private_dir(self.path.parent)
             # One JobStore per process: closing this descriptor would drop the POSIX locks of any
@@ -215,11 +219,16 @@ class JobStore:
 
     @contextmanager
     def _write(self) -> Iterator[sqlite3.Connection]:
-        """One `BEGIN IMMEDIATE` transaction: committed on success, rolled back on any error."""
+        """One `BEGIN IMMEDIATE` transaction: committed on success, rolled back on any error.
+        Inside `transaction()`, part of that one."""
+        if self._in_transaction:
+            yield self._db
+            return
         try:
             self._db.execute("BEGIN IMMEDIATE")
         except sqlite3.DatabaseError as e:
             raise StoreError(f"the job database {self.path} is unavailable ({e})") from None
+        self._in_transaction = True
         try:
             yield self._db
         except sqlite3.DatabaseError as e:
@@ -230,6 +239,13 @@ class JobStore:
             raise
         else:
             self._db.execute("COMMIT")
+            self.writes += 1
+        finally:
+            self._in_transaction = False
+
+    def transaction(self) -> AbstractContextManager[sqlite3.Connection]:
+        """Several changes (`finish`, then `mark_started`, say) in one transaction: all or none."""
+        return self._write()
 
     def _read(self, sql: str, params: Sequence[object] = ()) -> list[sqlite3.Row]:
         try:
