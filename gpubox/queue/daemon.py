@@ -417,10 +417,9 @@ class Daemon:
                 job.id, job.attempt, outcome.exit_code, outcome.outcome, outcome.reason, ended_at=outcome.ended_at
             )
             if ended is not None and ended.state in END_STATES:  # not back in the queue
+                # No `expect`: nobody else committed since the job was read, so its spec is the one read.
                 prefix = attempt_prefix(self.logs_dir, nxt.id, nxt.attempt + 1)
-                started = store.mark_started(
-                    nxt.id, spare.pid, (), self.boot, str(prefix), pid_start=spare.pid_start, expect=nxt.spec
-                )
+                started = store.mark_started(nxt.id, spare.pid, (), self.boot, str(prefix), pid_start=spare.pid_start)
         if not started:
             if ended is not None:
                 self._ended(job, outcome)  # the pass decides what starts

@@ -22,7 +22,7 @@ from gpubox.queue.layout import socket_path
 from gpubox.queue.schedule import QueueConfig
 from gpubox.queue.store import JobSpec, JobStore
 from gpubox.queue.wire import poke
-from tests.queue.conftest import wait_until
+from tests.queue.conftest import QueueBox, wait_until
 
 HANG = 60.0
 
@@ -205,3 +205,40 @@ def test_nothing_is_left_queued_or_running_in_the_database_after_a_stream(paths:
         assert db.execute("SELECT count(*) FROM attempts WHERE outcome = 'succeeded'").fetchone() == (30,)
     finally:
         db.close()
+
+
+def _named(name: str) -> list[int]:
+    found = []
+    for pid in os.listdir("/proc"):
+        if pid.isdigit():
+            try:
+                if Path(f"/proc/{pid}/comm").read_text().strip() == name:
+                    found.append(int(pid))
+            except OSError:
+                pass
+    return found
+
+
+def test_a_prepared_job_does_not_run_when_the_daemon_is_killed_and_runs_once_later(
+    queue: QueueBox, tmp_path: Path
+) -> None:
+    daemon = queue.start_daemon()
+    ran = tmp_path / "ran"
+    first = queue.add("--gpus", "0", "--shell", "--", f"echo first >> {ran}; {hold(tmp_path / 'go')}")
+    second = queue.add("--gpus", "0", "--shell", "--", f"echo second >> {ran}")
+    queue.wait_state(first, ("running",), timeout=HANG)
+    # A spare prepares the second job while the first runs: it opens its logs.
+    logs = queue.state_dir / "logs"
+    wait_until(lambda: (logs / f"{second}.1.out").exists(), HANG, "the second job to be prepared")
+    daemon.kill()  # SIGKILL: no go, no discard
+    daemon.wait(timeout=HANG)
+    (tmp_path / "go").touch()
+    wait_until(lambda: (logs / f"{first}.1.exit").exists(), HANG, "the first job's exit record")
+    wait_until(lambda: not _named(f"gpubox-job{second}"), HANG, "the prepared spare to exit")
+    assert ran.read_text().split() == ["first"]  # its start was never recorded: it never ran
+    assert queue.job(second)["state"] == "queued"
+
+    waited = queue("queue", "wait", str(second), timeout=HANG)  # starts a daemon
+    assert waited.returncode == 0, waited.stderr
+    assert ran.read_text().split() == ["first", "second"]
+    assert (queue.job(first)["state"], queue.job(second)["attempt"]) == ("succeeded", 1)
