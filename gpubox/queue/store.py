@@ -164,8 +164,8 @@ class JobStore:
             if not durable:
                 self._db.execute("PRAGMA synchronous = NORMAL")
             self._refuse_foreign()  # before WAL mode, which would change someone else's file
-            mode = self._db.execute("PRAGMA journal_mode = WAL").fetchone()[0]
-            if str(mode).lower() != "wal":
+            mode = self._wal()
+            if mode.lower() != "wal":
                 raise StoreError(f"the job database {self.path} cannot use WAL mode")
             self._init_schema()
         except sqlite3.DatabaseError as e:
@@ -179,9 +179,29 @@ class JobStore:
             if side.exists():
                 os.chmod(side, 0o600)
 
+    def _wal(self) -> str:
+        """Switch to WAL mode (a no-op once the file is in it). Clients opening a new database at
+        the same moment can get "database is locked" here without the busy timeout applying:
+        try again for a while."""
+        for attempt in range(100):
+            try:
+                return str(self._db.execute("PRAGMA journal_mode = WAL").fetchone()[0])
+            except sqlite3.OperationalError as e:
+                if "locked" not in str(e) or attempt == 99:
+                    raise
+                time.sleep(0.02)
+        raise AssertionError("unreachable")
+
     def _refuse_foreign(self) -> None:
-        version = self._db.execute("PRAGMA user_version").fetchone()[0]
-        if version == 0 and self._db.execute("SELECT count(*) FROM sqlite_master").fetchone()[0]:
+        # Both reads in one read transaction: another client creating the schema commits the tables
+        # and the version together, and must never be seen halfway (tables, but version 0).
+        self._db.execute("BEGIN")
+        try:
+            version = self._db.execute("PRAGMA user_version").fetchone()[0]
+            tables = self._db.execute("SELECT count(*) FROM sqlite_master").fetchone()[0] if version == 0 else 0
+        finally:
+            self._db.execute("COMMIT")
+        if tables:
             raise StoreError(f"{self.path} is an SQLite database, but not gpubox's")
 
     def _init_schema(self) -> None:
