@@ -7,6 +7,10 @@ jobs wait (GPU memory changes without telling anyone). Supervisors come from a s
 (zygote.py), so the daemon itself never forks. Jobs run under their own supervisors, so stopping
 or killing the daemon leaves them running; a new daemon picks up where it left off. On start it
 marks `lost` the jobs that were running before a reboot.
+
+While CPU-only jobs fill their slots, the job that starts next is already handed to a spare
+supervisor, which prepares it; when a CPU-only job ends and nothing else changed, its end and
+the next start are committed in one transaction and the spare is told to go, without a pass.
 """
 
 from __future__ import annotations
