@@ -428,14 +428,19 @@ class Daemon:
             if ended is not None:
                 self._ended(job, outcome)  # the pass decides what starts
             return True
+        # Nothing that can raise (a log line to a closed stderr) between the committed start and
+        # "go": a start without its go would end the job `lost` without running it.
+        self._armed = None
+        went = self._go(store, nxt, spare)
         if outcome.outcome != "succeeded":
             self.log(f"job {job.id}: {outcome.outcome}" + (f" ({outcome.reason})" if outcome.reason else ""))
-        self._armed = None
+        if not went:  # back in the queue, ahead of the rest of the guess: the pass decides
+            self._guess = None
+            return True
         rest = guess.jobs[1:]
         # What this transaction changed (one CPU-only job ended, the first guessed started) leaves
         # the rest of the line as it was: the guess goes on.
         self._guess = dataclasses.replace(guess, jobs=rest, writes=store.writes) if rest else None
-        self._go(store, nxt, spare)
         self._arm(store)
         if len(rest) <= 1:
             self._dirty = True  # read the queue again while this job runs
@@ -445,15 +450,17 @@ class Daemon:
             self._refresh_at = time.monotonic() + REFRESH_S
         return True
 
-    def _go(self, store: JobStore, job: Job, spare: supervise.Spare) -> None:
-        """Let a spare run the job it prepared, whose start is committed."""
+    def _go(self, store: JobStore, job: Job, spare: supervise.Spare) -> bool:
+        """Let a spare run the job it prepared, whose start is committed; False when the spare
+        is gone (the start is undone)."""
         try:
             supervise.go(spare)
         except OSError:
             store.abandon_start(job.id, job.attempt + 1)  # it never ran: as if not started
             self._dirty = True
-            return
+            return False
         self.reasons.pop(job.id, None)
+        return True
 
     def _orphaned(self, job: Job) -> supervise.Outcome:
         """A supervisor died without a word: what it ran must not hold the GPUs on, unwatched."""

@@ -319,8 +319,9 @@ _RESET = (signal.SIGINT, signal.SIGHUP, signal.SIGPIPE, signal.SIGXFSZ, signal.S
 
 
 class _Ready:
-    """What a spare prepares before it may run its job: the logs, the directory, the
-    environment. Nothing here runs the job or writes to its logs.
+    """What a spare prepares before it may run its job: the logs and the environment. Nothing
+    here runs the job or writes to its logs, and the directory is entered only at "go": the job
+    before may make, remove or replace it.
 
     A spare sent away after this leaves the empty logs it opened: the attempt that runs later
     under that number appends to them (another spare may have them open already, so they are
@@ -332,11 +333,7 @@ class _Ready:
         self.out = os.open(out_path, flags, 0o600)
         self.err = os.open(err_path, flags, 0o600)
         spec = launch.spec
-        self.failure: str | None = None
-        try:
-            os.chdir(spec.cwd)  # this process exists for the job: the job inherits its directory
-        except OSError:
-            self.failure = f"the working directory {spec.cwd} does not exist"
+        self.cwd = spec.cwd
         self.argv = job_argv(spec)
         self.env = job_environment(spec, launch.job_id, launch.attempt, launch.gpu_uuids)
 
@@ -344,9 +341,12 @@ class _Ready:
 def _spawn(ready: _Ready) -> int | Outcome:
     """Start the job in its own process group, in its directory, with its logs; its pid."""
     out, err = ready.out, ready.err
-    if ready.failure is not None:
-        _note(err, ready.failure)
-        return Outcome(None, "failed", ready.failure)
+    try:
+        os.chdir(ready.cwd)  # this process exists for the job: the job inherits its directory
+    except OSError:
+        message = f"the working directory {ready.cwd} does not exist"
+        _note(err, message)
+        return Outcome(None, "failed", message)
     argv, env = ready.argv, ready.env
     actions = [
         (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),

@@ -43,10 +43,12 @@ def paths(tmp_path: Path) -> Iterator[Paths]:
     )
 
 
-def run_daemon(paths: Paths, scenario: Callable[[Daemon, JobStore], None]) -> int:
+def run_daemon(
+    paths: Paths, scenario: Callable[[Daemon, JobStore], None], log: Callable[[str], None] = lambda line: None
+) -> int:
     """Run a daemon in this thread while `scenario(daemon, store)` runs in another; how often the
     fast way started a job."""
-    daemon = Daemon(paths, QueueConfig(poll_interval_s=2.0), gpu_source=NoGpus(), log=lambda line: None)
+    daemon = Daemon(paths, QueueConfig(poll_interval_s=2.0), gpu_source=NoGpus(), log=log)
     fast = 0
     original = daemon._finish_and_start_next
 
@@ -242,3 +244,59 @@ def test_a_prepared_job_does_not_run_when_the_daemon_is_killed_and_runs_once_lat
     assert waited.returncode == 0, waited.stderr
     assert ran.read_text().split() == ["first", "second"]
     assert (queue.job(first)["state"], queue.job(second)["attempt"]) == ("succeeded", 1)
+
+
+@pytest.mark.parametrize("how", ["made", "replaced"])
+def test_the_prepared_job_enters_its_directory_when_it_starts_not_before(
+    paths: Paths, tmp_path: Path, how: str
+) -> None:
+    """The job before may make, remove or replace the next job's directory: the next job runs in
+    the directory as it is when it starts, as it would without the preparation."""
+    where = tmp_path / "where"
+    if how == "replaced":
+        where.mkdir()
+    states: list[str] = []
+
+    def scenario(daemon: Daemon, store: JobStore) -> None:
+        first, second = store.add_many(
+            [
+                spec(f"{hold(tmp_path / 'go')}; rm -rf {where}; mkdir {where}"),
+                JobSpec(
+                    argv=("echo hi > marker",), shell=True, cwd=str(where), env=dict(os.environ), gpus=0, probe=False
+                ),
+            ]
+        )
+        poke(socket_path(paths))
+        wait_until(armed_for(daemon, second.id), HANG, "the next job to be prepared")
+        (tmp_path / "go").touch()
+        wait_done(store, [first.id, second.id])
+        states.extend(store.require(i).state for i in (first.id, second.id))
+
+    run_daemon(paths, scenario)
+    assert states == ["succeeded", "succeeded"]
+    assert (where / "marker").read_text() == "hi\n"
+
+
+def test_a_log_line_that_fails_after_the_start_is_committed_never_strands_the_job(paths: Paths, tmp_path: Path) -> None:
+    """Logging a failed job can raise (stderr closed, disk full); the next job's start is committed
+    by then and must still be told to go."""
+
+    def log(line: str) -> None:
+        if ": failed" in line:
+            raise BrokenPipeError(32, "Broken pipe")
+
+    found: list[tuple[str, str | None]] = []
+
+    def scenario(daemon: Daemon, store: JobStore) -> None:
+        first, second = store.add_many(
+            [spec(f"{hold(tmp_path / 'go')}; exit 3"), spec(f"echo ran > {tmp_path / 'ran'}")]
+        )
+        poke(socket_path(paths))
+        wait_until(armed_for(daemon, second.id), HANG, "the next job to be prepared")
+        (tmp_path / "go").touch()
+        wait_done(store, [first.id, second.id])
+        found.extend((store.require(i).state, store.require(i).reason) for i in (first.id, second.id))
+
+    run_daemon(paths, scenario, log=log)
+    assert [state for state, _ in found] == ["failed", "succeeded"], found
+    assert (tmp_path / "ran").read_text() == "ran\n"
