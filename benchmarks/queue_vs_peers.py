@@ -8,6 +8,9 @@
    tool's own wait returns (`tsp -w`, `nq -w`, `gpubox queue wait`).
 2. Latency of one `gpubox queue add --gpus 0 -- true` with the daemon running (median of 40).
 3. Daemon CPU while idle, with N finished and 100 queued jobs (the queue paused), over 20 s.
+
+`--baseline DIR` also runs, in the same rounds, the gpubox found in DIR (a checkout or `git
+archive` of another commit, first on PYTHONPATH): a before and after under the same load.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 GPUBOX = [sys.executable, "-m", "gpubox"]
@@ -54,8 +58,10 @@ def _run(cmd: list[str], env: dict[str, str], **kw: object) -> subprocess.Comple
     return subprocess.run(cmd, env=env, check=True, text=True, capture_output=True, **kw)  # type: ignore[call-overload]
 
 
-def gpubox_throughput(n: int, home: Path) -> float:
+def gpubox_throughput(n: int, home: Path, pythonpath: str | None = None) -> float:
     env = _env(home)
+    if pythonpath is not None:
+        env["PYTHONPATH"] = pythonpath
     jobs = home / "jobs.txt"
     jobs.write_text("true\n" * n)
     t0 = time.perf_counter()
@@ -125,8 +131,9 @@ def idle_cpu(n: int, home: Path, seconds: float = 20.0) -> float:
     return 100.0 * (cpu() - c0) / (time.monotonic() - t0)
 
 
-def _stop(home: Path) -> None:
-    subprocess.run([*GPUBOX, "daemon", "stop"], env=_env(home), capture_output=True, check=False)
+def _stop(home: Path, pythonpath: str | None = None) -> None:
+    env = _env(home) if pythonpath is None else {**_env(home), "PYTHONPATH": pythonpath}
+    subprocess.run([*GPUBOX, "daemon", "stop"], env=env, capture_output=True, check=False)
 
 
 def main() -> int:
@@ -134,25 +141,32 @@ def main() -> int:
     parser.add_argument("--jobs", type=int, default=1000)
     parser.add_argument("--rounds", type=int, default=3, help="throughput runs per tool (median reported)")
     parser.add_argument("--slots", type=int, default=1, help="jobs at once for gpubox and task-spooler")
+    parser.add_argument("--baseline", type=Path, help="also run the gpubox in this directory, in the same rounds")
     args = parser.parse_args()
     global SLOTS
     SLOTS = args.slots
     gpubox_dir = Path(__file__).resolve().parent.parent / "gpubox"
     env = {**os.environ, "PYTHONDONTWRITEBYTECODE": ""}
-    subprocess.run(
-        [sys.executable, "-m", "compileall", "-q", str(gpubox_dir)], check=False, capture_output=True, env=env
-    )
+    baseline = None if args.baseline is None else str(args.baseline.resolve())
+    for folder in (gpubox_dir, *(() if baseline is None else (Path(baseline) / "gpubox",))):
+        subprocess.run(
+            [sys.executable, "-m", "compileall", "-q", str(folder)], check=False, capture_output=True, env=env
+        )
     root = Path(tempfile.mkdtemp(prefix="gpubox-bench-"))
-    results: dict[str, list[float]] = {"gpubox": [], "task-spooler": [], "nq": []}
+    tools: list[tuple[str, Callable[[int, Path], float]]] = [("gpubox", gpubox_throughput)]
+    if baseline is not None:
+        tools.append(("gpubox (baseline)", lambda n, home: gpubox_throughput(n, home, baseline)))
+    tools += [("task-spooler", tsp_throughput), ("nq", nq_throughput)]
+    results: dict[str, list[float]] = {name: [] for name, _ in tools}
     try:
         for r in range(args.rounds):  # interleaved, so a busy moment hits every tool alike
-            for name, fn in (("gpubox", gpubox_throughput), ("task-spooler", tsp_throughput), ("nq", nq_throughput)):
-                home = root / f"{name}-{r}"
+            for name, fn in tools:
+                home = root / f"{name.replace(' (baseline)', '-baseline')}-{r}"
                 try:
                     results[name].append(fn(args.jobs, home))
                 finally:
-                    if name == "gpubox":
-                        _stop(home)
+                    if name.startswith("gpubox"):
+                        _stop(home, baseline if name != "gpubox" else None)
         print(
             f"{args.jobs} jobs running `true`, {SLOTS} slot(s) (nq: 1), first submission to last job finished "
             f"(median of {args.rounds}):"

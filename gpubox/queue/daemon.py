@@ -7,6 +7,10 @@ jobs wait (GPU memory changes without telling anyone). Supervisors come from a s
 (zygote.py), so the daemon itself never forks. Jobs run under their own supervisors, so stopping
 or killing the daemon leaves them running; a new daemon picks up where it left off. On start it
 marks `lost` the jobs that were running before a reboot.
+
+While CPU-only jobs fill their slots, the job that starts next is already handed to a spare
+supervisor, which prepares it; when a CPU-only job ends and nothing else changed, its end and
+the next start are committed in one transaction and the spare is told to go, without a pass.
 """
 
 from __future__ import annotations
@@ -28,9 +32,9 @@ from gpubox import __version__
 from gpubox.paths import Paths, ensure_private_dir
 from gpubox.queue import proctree, supervise
 from gpubox.queue.gpus import GpuInfo, NoNvml, NvmlGpus
-from gpubox.queue.jobs import Job
+from gpubox.queue.jobs import END_STATES, Job
 from gpubox.queue.layout import LOCK_NAME, attempt_prefix, db_path, log_paths, logs_dir, socket_path
-from gpubox.queue.schedule import Plan, QueueConfig, plan_pass
+from gpubox.queue.schedule import Plan, QueueConfig, gpu_count_of, plan_pass
 from gpubox.queue.spares import SparePool
 from gpubox.queue.store import JobStore
 from gpubox.telemetry.devices import nvidia_devices_present
@@ -40,6 +44,37 @@ START_GRACE_S = 30.0  # a job recorded as started without a supervisor pid for t
 
 class AlreadyRunning(Exception):
     """Another daemon holds this state directory."""
+
+
+@dataclasses.dataclass(frozen=True)
+class _Guess:
+    """The CPU-only jobs that start next, one each time a CPU-only job ends, planned while the
+    running ones run.
+
+    CPU-only jobs have their own slots and their own line (policy.py): which one starts when a
+    slot frees depends only on the queued jobs, their dependencies and the pause, not on the
+    GPUs, the time or which CPU-only job ended. The guess holds while the database is as it was
+    read (`version`: other connections' commits unchanged; `writes`: this daemon's), but for
+    the ends and starts it was made for, and while no queued job runs after the job that ends
+    (`not_after`).
+    """
+
+    jobs: tuple[Job, ...]  # in the order they start
+    version: int
+    writes: int
+    not_after: frozenset[int]
+
+    @property
+    def job(self) -> Job:
+        return self.jobs[0]
+
+
+@dataclasses.dataclass(frozen=True)
+class _Armed:
+    """A spare that has the guessed job's launch and waits for "go"."""
+
+    guess: _Guess
+    spare: supervise.Spare
 
 
 def boot_id(env: dict[str, str] | None = None) -> str:
@@ -93,6 +128,10 @@ class Daemon:
         self._no_gpus_until = 0.0
         self._last_full = 0.0  # when every queued job was last read
         self._active = True  # jobs were queued or running at the last pass
+        self._cpu_config = dataclasses.replace(config, preempt=False, max_cpu_jobs=1 << 30)
+        self._guess: _Guess | None = None
+        self._armed: _Armed | None = None
+        self._refresh_at: float | None = None  # when to plan again after fast starts (monotonic)
 
     # Set-up
 
@@ -163,6 +202,7 @@ class Daemon:
         finally:
             if sampler is not None:
                 sampler.stop()  # writes the GPU use not written yet
+            self._disarm()
             if self.pool is not None:
                 self.pool.close()
             signal.set_wakeup_fd(-1)
@@ -197,11 +237,12 @@ class Daemon:
         failures = 0
         while not self._stop:
             try:
-                for key, _ in sel.select(timeout=0 if self._dirty else self.config.poll_interval_s):
+                for key, _ in sel.select(timeout=self._timeout()):
                     if key.data == "listen":
                         self._accept(listener, store)
                     elif key.data == "spawner" and self.pool is not None:
                         self.pool.on_readable(wanted=bool(self.reasons))
+                        self._arm(store)
                     elif key.data == "done":
                         pending += _drain(done_r)
                         *lines, pending = pending.split(b"\n")
@@ -214,9 +255,12 @@ class Daemon:
                 current = store.data_version()
                 if current != version:
                     version, self._dirty = current, True
+                if self._refresh_at is not None and time.monotonic() >= self._refresh_at:
+                    self._dirty = True
                 due = self.clock() - self._last_full >= self.config.poll_interval_s
                 if self._dirty or (due and self._active):
                     self._dirty = False
+                    self._refresh_at = None
                     self._pass(store, full=due)
                     if due:
                         self._last_full = self.clock()
@@ -229,6 +273,13 @@ class Daemon:
                 self._dirty = True
                 time.sleep(min(0.1 * 2**failures, self.config.poll_interval_s))
         sel.close()
+
+    def _timeout(self) -> float:
+        if self._dirty:
+            return 0
+        if self._refresh_at is not None:
+            return max(0.0, min(self.config.poll_interval_s, self._refresh_at - time.monotonic()))
+        return self.config.poll_interval_s
 
     def _accept(self, listener: socket.socket, store: JobStore) -> None:
         while True:
@@ -336,7 +387,8 @@ class Daemon:
             return
         if outcome.outcome == "cancelled" and job.request == "cancel":
             outcome = dataclasses.replace(outcome, reason="cancelled on request")
-        self._finish(store, job, outcome)
+        if not self._finish_and_start_next(store, job, outcome):
+            self._finish(store, job, outcome)
 
     def _finish(self, store: JobStore, job: Job, outcome: supervise.Outcome) -> bool:
         ended = store.finish(
@@ -344,9 +396,70 @@ class Daemon:
         )
         if ended is None:
             return False
+        self._ended(job, outcome)
+        return True
+
+    def _ended(self, job: Job, outcome: supervise.Outcome) -> None:
         self._dirty = True
         if outcome.outcome != "succeeded":
             self.log(f"job {job.id}: {outcome.outcome}" + (f" ({outcome.reason})" if outcome.reason else ""))
+
+    def _finish_and_start_next(self, store: JobStore, job: Job, outcome: supervise.Outcome) -> bool:
+        """The fast way from one CPU-only job to the next: record the end and the start of the
+        job armed for it in one transaction, then say go. False (nothing done) when the guess
+        no longer holds; the pass decides then."""
+        armed = self._armed
+        if armed is None or job.gpu_uuids or job.id in armed.guess.not_after or store.writes != armed.guess.writes:
+            return False
+        guess, spare = armed.guess, armed.spare
+        nxt = guess.job
+        started = False
+        with store.transaction():
+            if store.data_version() != guess.version:
+                return False  # someone changed the queue since the guess
+            ended = store.finish(
+                job.id, job.attempt, outcome.exit_code, outcome.outcome, outcome.reason, ended_at=outcome.ended_at
+            )
+            if ended is not None and ended.state in END_STATES:  # not back in the queue
+                # No `expect`: nobody else committed since the job was read, so its spec is the one read.
+                prefix = attempt_prefix(self.logs_dir, nxt.id, nxt.attempt + 1)
+                started = store.mark_started(nxt.id, spare.pid, (), self.boot, str(prefix), pid_start=spare.pid_start)
+        if not started:
+            if ended is not None:
+                self._ended(job, outcome)  # the pass decides what starts
+            return True
+        # Nothing that can raise (a log line to a closed stderr) between the committed start and
+        # "go": a start without its go would end the job `lost` without running it.
+        self._armed = None
+        went = self._go(store, nxt, spare)
+        if outcome.outcome != "succeeded":
+            self.log(f"job {job.id}: {outcome.outcome}" + (f" ({outcome.reason})" if outcome.reason else ""))
+        if not went:  # back in the queue, ahead of the rest of the guess: the pass decides
+            self._guess = None
+            return True
+        rest = guess.jobs[1:]
+        # What this transaction changed (one CPU-only job ended, the first guessed started) leaves
+        # the rest of the line as it was: the guess goes on.
+        self._guess = dataclasses.replace(guess, jobs=rest, writes=store.writes) if rest else None
+        self._arm(store)
+        if len(rest) <= 1:
+            self._dirty = True  # read the queue again while this job runs
+        elif self._refresh_at is None:
+            # A pass brings the reasons jobs wait for (and the ledger's view) up to date; in a
+            # stream of short jobs, one a while, not one a job.
+            self._refresh_at = time.monotonic() + REFRESH_S
+        return True
+
+    def _go(self, store: JobStore, job: Job, spare: supervise.Spare) -> bool:
+        """Let a spare run the job it prepared, whose start is committed; False when the spare
+        is gone (the start is undone)."""
+        try:
+            supervise.go(spare)
+        except OSError:
+            store.abandon_start(job.id, job.attempt + 1)  # it never ran: as if not started
+            self._dirty = True
+            return False
+        self.reasons.pop(job.id, None)
         return True
 
     def _orphaned(self, job: Job) -> supervise.Outcome:
@@ -372,6 +485,8 @@ class Daemon:
         """Plan and act. Between timed passes only the best-ranked jobs are read (a window): a
         job further back cannot start unless the window leaves a slot or a GPU unused, and then
         the pass reads them all."""
+        version, writes = store.data_version(), store.writes  # the database as the pass reads it
+        guess: _Guess | None = None
         for _ in range(10):  # a failed dependency can fail a chain of dependants: settle it
             queued = store.list(["queued"]) if full else store.queued_ranked(self.config.kind_order, WINDOW)
             running = store.list(["running"])
@@ -380,10 +495,11 @@ class Daemon:
             self._active = bool(queued or running)
             gpus = self._gpus() if queued else []
             paused = store.paused()
+            dep_states = self._dep_states(store, queued, running)
             plan = plan_pass(
                 queued,
                 running,
-                self._dep_states(store, queued, running),
+                dep_states,
                 gpus,
                 paused,
                 self.clock(),
@@ -405,9 +521,15 @@ class Daemon:
                 self._start(store, by_id[start.job_id], start.gpu_uuids)
             for p in plan.preempts:
                 self._preempt(store, p.job_id, p.for_job_id)
+            if store.writes == writes:  # nothing changed: what was read is the database now
+                guess = self._next_cpu_job(queued, running, dep_states, gpus, paused, version, writes)
+            elif plan.starts and self._armed is None:
+                self._dirty = True  # plan the next start again, from the database as it is now
             if not plan.failures:
                 break
         self._keep_spare(bool(self.reasons))
+        self._rearm(guess)
+        self._arm(store)
         if self._sampler is not None:  # read by the ledger's thread, each swapped whole
             self.running = tuple(store.list(["running"]))
             self.waiting = dict(self.reasons)
@@ -433,9 +555,88 @@ class Daemon:
         except OSError as exc:
             self.log(f"could not prepare a supervisor ahead: {exc}")
 
-    def _start(self, store: JobStore, job: Job, gpu_uuids: tuple[str, ...]) -> None:
+    def _next_cpu_job(
+        self,
+        queued: list[Job],
+        running: list[Job],
+        dep_states: Mapping[int, str | None],
+        gpus: list[GpuInfo] | None,
+        paused: Mapping[str, float],
+        version: int,
+        writes: int,
+    ) -> _Guess | None:
+        """The CPU-only job the plan would start if one of the running CPU-only jobs ended now,
+        when every CPU-only slot is taken; None otherwise. The pass has planned and started
+        what it could from `queued` and `running`, read from the database as it still is."""
+        cpu_running = [j for j in running if not j.gpu_uuids]
+        if not cpu_running or len(cpu_running) < self.config.max_cpu_jobs:
+            return None
+        box = len(gpus) if gpus else 0
+        cpu_queued = [j for j in queued if gpu_count_of(j, box, self.config) == 0]
+        if not cpu_queued:
+            return None
+        # With every slot but one taken by the jobs that still run, slots without end: the line in
+        # the order it starts.
+        plan = plan_pass(
+            cpu_queued,
+            cpu_running[1:],
+            dep_states,
+            gpus,
+            paused,
+            self.clock(),
+            self._cpu_config,
+            gpus_unknown=self._nvml_error or "",
+        )
+        if plan.failures or not plan.starts or any(st.gpu_uuids for st in plan.starts):
+            return None
+        by_id = {j.id: j for j in cpu_queued}
+        jobs = tuple(by_id[st.job_id] for st in plan.starts)
+        # A job that one read runs after (a GPU job's too): its end is the pass's to handle.
+        not_after = frozenset(d for j in queued for d in j.spec.after)
+        return _Guess(jobs, version, writes, not_after)
+
+    def _rearm(self, guess: _Guess | None) -> None:
+        """Keep the armed spare while the new guess is the job it prepared; else send it away."""
+        self._guess = guess
+        armed = self._armed
+        if armed is None:
+            return
+        old = armed.guess.job
+        if guess is not None and (guess.job.id, guess.job.attempt, guess.job.spec) == (old.id, old.attempt, old.spec):
+            self._armed = _Armed(guess, armed.spare)
+        else:
+            self._disarm()
+
+    def _disarm(self) -> None:
+        if self._armed is not None:
+            supervise.discard(self._armed.spare)
+            self._armed = None
+
+    def _arm(self, store: JobStore) -> None:
+        """Hand the guessed next job to a spare ahead of time: it opens the logs and builds the
+        environment while the job before runs, and runs it on "go", sent only once the start
+        is committed."""
+        guess = self._guess
+        if guess is None or self._armed is not None or self.pool is None:
+            return
+        if store.writes != guess.writes or store.data_version() != guess.version:
+            self._guess = None
+            self._dirty = True  # plan again: the queue changed
+            return
+        spare = self.pool.take_ready()
+        if spare is None:
+            return  # armed when the spawner sends one
+        try:
+            supervise.prepare(spare, self._launch(guess.job, ()))
+        except OSError:
+            return  # that spare died; the next one is asked for below
+        finally:
+            self._keep_spare(True)
+        self._armed = _Armed(guess, spare)
+
+    def _launch(self, job: Job, gpu_uuids: tuple[str, ...]) -> supervise.Launch:
         attempt = job.attempt + 1
-        launch = supervise.Launch(
+        return supervise.Launch(
             job_id=job.id,
             attempt=attempt,
             spec=job.spec,
@@ -447,6 +648,31 @@ class Daemon:
             socket_path=self.socket_path,
             lock_path=self.paths.state_dir / LOCK_NAME,
         )
+
+    def _start(self, store: JobStore, job: Job, gpu_uuids: tuple[str, ...]) -> None:
+        attempt = job.attempt + 1
+        armed = self._armed
+        if armed is not None and not gpu_uuids and armed.guess.job.id == job.id:
+            self._armed = None
+            old = armed.guess.job
+            if (old.attempt, old.spec) != (job.attempt, job.spec):
+                supervise.discard(armed.spare)  # prepared for the job as it was
+            elif store.mark_started(
+                job.id,
+                armed.spare.pid,
+                (),
+                self.boot,
+                str(attempt_prefix(self.logs_dir, job.id, attempt)),
+                pid_start=armed.spare.pid_start,
+                expect=job.spec,
+            ):
+                self._go(store, job, armed.spare)  # the spare armed for this very job
+                return
+            else:
+                supervise.discard(armed.spare)  # the job changed under us (cancelled, edited)
+                self._dirty = True
+                return
+        launch = self._launch(job, gpu_uuids)
         for _ in range(3):  # a spare that died meanwhile is replaced
             try:
                 assert self.pool is not None
@@ -486,6 +712,7 @@ class Daemon:
 
 
 WINDOW = 32  # jobs read per event-driven pass
+REFRESH_S = 0.02  # a pass at most this long after a start made without one
 # Supervisors kept forked ahead while jobs wait; the next is forked while a job runs. More did
 # not help on a 2-core box: they compete with the running job for the CPUs.
 SPARES = 1

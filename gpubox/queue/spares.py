@@ -53,6 +53,10 @@ class SparePool:
         finally:
             self._watch()
 
+    def take_ready(self) -> supervise.Spare | None:
+        """A spare forked already, or None (without asking for one or waiting)."""
+        return self.ready.pop(0) if self.ready else None
+
     def put_back(self, spare: supervise.Spare) -> None:
         self.ready.insert(0, spare)
 

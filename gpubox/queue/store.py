@@ -15,7 +15,7 @@ import os
 import sqlite3
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -140,6 +140,10 @@ class JobStore:
         whole (WAL with synchronous=NORMAL). Submissions always wait for the disk."""
         self.path = Path(path)
         self._clock = clock
+        self._in_transaction = False
+        # Write transactions this connection committed: with `data_version` (other connections'
+        # commits), whether the database is still as it was when something was read.
+        self.writes = 0
         try:
             ensure_private_dir(self.path.parent)
             # One JobStore per process: closing this descriptor would drop the POSIX locks of any
@@ -160,8 +164,8 @@ class JobStore:
             if not durable:
                 self._db.execute("PRAGMA synchronous = NORMAL")
             self._refuse_foreign()  # before WAL mode, which would change someone else's file
-            mode = self._db.execute("PRAGMA journal_mode = WAL").fetchone()[0]
-            if str(mode).lower() != "wal":
+            mode = self._wal()
+            if mode.lower() != "wal":
                 raise StoreError(f"the job database {self.path} cannot use WAL mode")
             self._init_schema()
         except sqlite3.DatabaseError as e:
@@ -175,9 +179,29 @@ class JobStore:
             if side.exists():
                 os.chmod(side, 0o600)
 
+    def _wal(self) -> str:
+        """Switch to WAL mode (a no-op once the file is in it). Clients opening a new database at
+        the same moment can get "database is locked" here without the busy timeout applying:
+        try again for a while."""
+        for attempt in range(100):
+            try:
+                return str(self._db.execute("PRAGMA journal_mode = WAL").fetchone()[0])
+            except sqlite3.OperationalError as e:
+                if "locked" not in str(e) or attempt == 99:
+                    raise
+                time.sleep(0.02)
+        raise AssertionError("unreachable")
+
     def _refuse_foreign(self) -> None:
-        version = self._db.execute("PRAGMA user_version").fetchone()[0]
-        if version == 0 and self._db.execute("SELECT count(*) FROM sqlite_master").fetchone()[0]:
+        # Both reads in one read transaction: another client creating the schema commits the tables
+        # and the version together, and must never be seen halfway (tables, but version 0).
+        self._db.execute("BEGIN")
+        try:
+            version = self._db.execute("PRAGMA user_version").fetchone()[0]
+            tables = self._db.execute("SELECT count(*) FROM sqlite_master").fetchone()[0] if version == 0 else 0
+        finally:
+            self._db.execute("COMMIT")
+        if tables:
             raise StoreError(f"{self.path} is an SQLite database, but not gpubox's")
 
     def _init_schema(self) -> None:
@@ -215,11 +239,16 @@ class JobStore:
 
     @contextmanager
     def _write(self) -> Iterator[sqlite3.Connection]:
-        """One `BEGIN IMMEDIATE` transaction: committed on success, rolled back on any error."""
+        """One `BEGIN IMMEDIATE` transaction: committed on success, rolled back on any error.
+        Inside `transaction()`, part of that one."""
+        if self._in_transaction:
+            yield self._db
+            return
         try:
             self._db.execute("BEGIN IMMEDIATE")
         except sqlite3.DatabaseError as e:
             raise StoreError(f"the job database {self.path} is unavailable ({e})") from None
+        self._in_transaction = True
         try:
             yield self._db
         except sqlite3.DatabaseError as e:
@@ -230,6 +259,13 @@ class JobStore:
             raise
         else:
             self._db.execute("COMMIT")
+            self.writes += 1
+        finally:
+            self._in_transaction = False
+
+    def transaction(self) -> AbstractContextManager[sqlite3.Connection]:
+        """Several changes (`finish`, then `mark_started`, say) in one transaction: all or none."""
+        return self._write()
 
     def _read(self, sql: str, params: Sequence[object] = ()) -> list[sqlite3.Row]:
         try:

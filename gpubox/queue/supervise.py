@@ -1,8 +1,10 @@
 """A job's supervisor: the process between the daemon and the job, which outlives the daemon.
 
 The daemon forks supervisors ahead of time (spares). A spare leaves the daemon's session and
-waits for its launch, which the daemon sends only after recording the start (so a job never
-runs unrecorded or twice), then runs the job
+waits for its launch: one line, which it may get while the previous job still runs, to open
+the logs and build the environment ahead. It runs the job only on the "go" that follows, which
+the daemon sends only after recording the start (so a job never runs unrecorded or twice), and
+exits without running anything at EOF instead. It runs the job
 in its own process group with its logs, GPUs and environment. It enforces the time limit and
 stops the whole tree when asked: SIGTERM cancels, SIGUSR1 preempts. It never opens the database
 (SQLite connections do not survive a fork): it leaves the outcome in `<log prefix>.exit`, a
@@ -77,8 +79,8 @@ class Spare:
     """A supervisor forked ahead of time, already out of the daemon's session, waiting for a job.
 
     Forking and preparing take longer than running a short job; a spare does it while the
-    previous job runs. It reads one launch from its pipe until EOF: an empty read (the daemon
-    discarded it, or died) means exit without running anything.
+    previous job runs. It reads one launch line from its pipe, prepares it, and runs it on "go";
+    EOF instead (the daemon discarded it, or died) means exit without running anything.
     """
 
     pid: int
@@ -114,8 +116,19 @@ def fork_spare(done_w: int) -> Spare:
     return Spare(pid, proctree.start_ticks(pid), launch_w)
 
 
+GO = b"G"  # after the launch: run it (its start is recorded now)
+
+
 def hand_over(spare: Spare, launch: Launch) -> None:
-    """Give a spare its job (the start is recorded already): it runs it once the pipe closes."""
+    """Give a spare its job (the start is recorded already): it runs it at once."""
+    prepare(spare, launch)
+    go(spare)
+
+
+def prepare(spare: Spare, launch: Launch) -> None:
+    """Give a spare a job to get ready for without running it: it opens the logs and builds the
+    environment, then waits. `go` (once the start is recorded) runs it; `discard` sends it away.
+    The pipe is closed on failure (OSError)."""
     data = json.dumps(
         {
             "job_id": launch.job_id,
@@ -131,33 +144,51 @@ def hand_over(spare: Spare, launch: Launch) -> None:
         }
     ).encode()
     try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(spare.launch_w, view) :]
+        _write_all(spare.launch_w, data + b"\n")  # JSON escapes newlines: the launch is one line
+    except OSError:
+        os.close(spare.launch_w)
+        raise
+
+
+def go(spare: Spare) -> None:
+    """Run the job the spare prepared: only once its start is committed. OSError when the spare
+    is gone."""
+    try:
+        _write_all(spare.launch_w, GO)
     finally:
         os.close(spare.launch_w)
 
 
 def discard(spare: Spare) -> None:
-    """Send an unused spare away: it reads EOF and exits."""
+    """Send an unused spare away, prepared or not: it reads EOF and exits without running anything."""
     with suppress(OSError):
         os.close(spare.launch_w)
 
 
-def _read_launch(fd: int) -> Launch | None:
-    chunks = []
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
+
+
+def _read(fd: int) -> bytes:
     while True:
         try:
-            chunk = os.read(fd, 65536)
+            return os.read(fd, 65536)
         except InterruptedError:
             continue
+
+
+def _read_launch(fd: int) -> tuple[Launch | None, bytes]:
+    """The launch (None at EOF without one) and what followed it in the pipe."""
+    data = b""
+    while b"\n" not in data:
+        chunk = _read(fd)
         if not chunk:
-            break
-        chunks.append(chunk)
-    os.close(fd)
-    if not chunks:
-        return None
-    d = json.loads(b"".join(chunks))
+            return None, b""  # discarded, or the daemon died, before it sent a whole launch
+        data += chunk
+    line, rest = data.split(b"\n", 1)
+    d = json.loads(line)
     return Launch(
         job_id=d["job_id"],
         attempt=d["attempt"],
@@ -169,7 +200,18 @@ def _read_launch(fd: int) -> Launch | None:
         daemon_pid=d["daemon_pid"],
         socket_path=Path(d["socket_path"]),
         lock_path=None if d.get("lock_path") is None else Path(d["lock_path"]),
-    )
+    ), rest
+
+
+def _wait_go(fd: int, rest: bytes) -> bool:
+    """True once the daemon says go; False at EOF without it (discarded, or the daemon died)."""
+    data = rest
+    while not data:
+        data = _read(fd)
+        if not data:
+            break
+    os.close(fd)
+    return data[:1] == GO
 
 
 def _spare_main(launch_r: int, done_w: int) -> int:
@@ -189,14 +231,16 @@ def _spare_main(launch_r: int, done_w: int) -> int:
     os.closerange(low + 1, high)
     os.closerange(high + 1, 1 << 16)
     proctree.become_subreaper()
-    launch = _read_launch(launch_r)
+    launch, rest = _read_launch(launch_r)
     if launch is None:
+        os.close(launch_r)
         return 0  # no start was recorded: run nothing
     proctree.set_name(f"gpubox-job{launch.job_id}")
-    out_path, err_path, exit_path = log_paths(launch.log_prefix)
-    out = os.open(out_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600)
-    err = os.open(err_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600)
-    result = _run(launch, out, err)
+    exit_path = log_paths(launch.log_prefix)[2]
+    ready = _Ready(launch)
+    if not _wait_go(launch_r, rest):
+        return 0  # no start was recorded (or the daemon died first): run nothing
+    result = _run(launch, ready)
     if result.ended_at is None:
         result = dataclasses.replace(result, ended_at=time.time())
     told = False
@@ -274,17 +318,36 @@ def _note(fd: int, message: str) -> None:
 _RESET = (signal.SIGINT, signal.SIGHUP, signal.SIGPIPE, signal.SIGXFSZ, signal.SIGTERM, signal.SIGUSR1, signal.SIGCHLD)
 
 
-def _spawn(launch: Launch, out: int, err: int) -> int | Outcome:
+class _Ready:
+    """What a spare prepares before it may run its job: the logs and the environment. Nothing
+    here runs the job or writes to its logs, and the directory is entered only at "go": the job
+    before may make, remove or replace it.
+
+    A spare sent away after this leaves the empty logs it opened: the attempt that runs later
+    under that number appends to them (another spare may have them open already, so they are
+    not removed), and `queue clean` removes them with the job."""
+
+    def __init__(self, launch: Launch) -> None:
+        out_path, err_path, _ = log_paths(launch.log_prefix)
+        flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC
+        self.out = os.open(out_path, flags, 0o600)
+        self.err = os.open(err_path, flags, 0o600)
+        spec = launch.spec
+        self.cwd = spec.cwd
+        self.argv = job_argv(spec)
+        self.env = job_environment(spec, launch.job_id, launch.attempt, launch.gpu_uuids)
+
+
+def _spawn(ready: _Ready) -> int | Outcome:
     """Start the job in its own process group, in its directory, with its logs; its pid."""
-    spec = launch.spec
+    out, err = ready.out, ready.err
     try:
-        os.chdir(spec.cwd)  # this process exists for the job: the job inherits its directory
+        os.chdir(ready.cwd)  # this process exists for the job: the job inherits its directory
     except OSError:
-        message = f"the working directory {spec.cwd} does not exist"
+        message = f"the working directory {ready.cwd} does not exist"
         _note(err, message)
         return Outcome(None, "failed", message)
-    argv = job_argv(spec)
-    env = job_environment(spec, launch.job_id, launch.attempt, launch.gpu_uuids)
+    argv, env = ready.argv, ready.env
     actions = [
         (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
         (os.POSIX_SPAWN_DUP2, out, 1),
@@ -322,7 +385,8 @@ def _note_stop(signum: int, _frame: object) -> None:
     _stops.append(signum)
 
 
-def _run(launch: Launch, out: int, err: int) -> Outcome:
+def _run(launch: Launch, ready: _Ready) -> Outcome:
+    err = ready.err
     wake_r, wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
     signal.set_wakeup_fd(wake_w)
     signal.signal(signal.SIGCHLD, lambda *_: None)
@@ -330,7 +394,7 @@ def _run(launch: Launch, out: int, err: int) -> Outcome:
         if signal.SIGUSR1 in _stops:
             return Outcome(None, "preempted", "stopped to make room for an infer job before it ran", time.time(), False)
         return Outcome(None, "cancelled", "stopped by SIGTERM before it ran", time.time(), False)
-    job_pid = _spawn(launch, out, err)
+    job_pid = _spawn(ready)
     if isinstance(job_pid, Outcome):
         return job_pid
     me = os.getpid()

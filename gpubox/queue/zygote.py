@@ -16,12 +16,15 @@ import os
 import select
 import signal
 import socket
-import subprocess
 import sys
 from contextlib import suppress
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from gpubox.queue import proctree, supervise
+
+if TYPE_CHECKING:
+    import subprocess
 
 
 def _serve(control: socket.socket, done_w: int) -> int:
@@ -74,6 +77,10 @@ class Spawner:
     asked: int = 0  # spares asked for and not received yet
 
     def start(self) -> None:
+        # Imported here, in the daemon: subprocess brings threading, whose fork handlers every
+        # supervisor forked by the spawner would run (about 0.6 ms of CPU a job).
+        import subprocess
+
         # SEQPACKET: each reply (and the descriptor it carries) arrives as one message.
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         try:
@@ -121,6 +128,8 @@ class Spawner:
             self.control.close()  # the spawner reads EOF and exits
             self.control = None
         if self.proc is not None:
+            import subprocess
+
             with suppress(subprocess.TimeoutExpired):
                 self.proc.wait(timeout=5)
             self.proc = None

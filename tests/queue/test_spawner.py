@@ -71,6 +71,34 @@ def test_a_discarded_spare_runs_nothing_and_the_spawner_ends_with_its_daemon(tmp
     os.close(done_w)
 
 
+def test_a_prepared_spare_runs_its_job_only_on_go_and_nothing_when_discarded(tmp_path: Path) -> None:
+    done_r, done_w = os.pipe2(os.O_CLOEXEC)
+    spawner = Spawner(done_w)
+    try:
+        spawner.ask()
+        kept = spawner.receive()
+        spawner.ask()
+        dropped = spawner.receive()
+        ran = tmp_path / "ran"
+        supervise.prepare(kept, _launch(tmp_path, ("sh", "-c", f"echo kept >> {ran}")))
+        supervise.prepare(dropped, _launch(tmp_path, ("sh", "-c", f"echo dropped >> {ran}"), attempt=2))
+        # Prepared: the logs are open, nothing has run.
+        wait_until(lambda: (tmp_path / "7.1.out").exists() and (tmp_path / "7.2.out").exists(), 10, "the logs")
+        time.sleep(0.3)
+        assert not ran.exists()
+        supervise.discard(dropped)
+        wait_until(lambda: not proctree.is_alive(dropped.pid, dropped.pid_start), 10, "the discarded spare to exit")
+        supervise.go(kept)
+        parsed = supervise.parse_done(os.read(done_r, 4096).rstrip(b"\n"))
+        assert parsed is not None and parsed[:2] == (7, 1) and parsed[2].outcome == "succeeded"
+        assert ran.read_text() == "kept\n"
+        assert not (tmp_path / "7.2.exit").exists()  # the discarded one ran nothing and reported nothing
+    finally:
+        spawner.close()
+        os.close(done_r)
+        os.close(done_w)
+
+
 def test_the_daemon_replaces_a_killed_spawner(queue: QueueBox) -> None:
     queue.start_daemon()
     first = queue.add("--gpus", "0", "--", "true")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import multiprocessing
+import multiprocessing.synchronize
 import sqlite3
 import stat
 import threading
@@ -120,6 +121,32 @@ def test_concurrent_clients_lose_nothing(tmp_path: Path) -> None:
     assert len(ids) == 500 and len(set(ids)) == 500
     assert count_rows(path) == 500
     assert sorted(j.id for j in JobStore(path).list()) == sorted(ids)
+
+
+def _first_open(path: str, start: multiprocessing.synchronize.Barrier, out: multiprocessing.Queue[str]) -> None:
+    start.wait()
+    try:
+        JobStore(Path(path)).close()
+        out.put("ok")
+    except StoreError as e:
+        out.put(str(e))
+
+
+def test_clients_creating_the_database_at_once_all_open_it(tmp_path: Path) -> None:
+    # Seen as "an SQLite database, but not gpubox's" (the tables of one client's schema, read
+    # before its version) and as "database is locked" (the switch to WAL mode).
+    ctx = multiprocessing.get_context("spawn")
+    for trial in range(4):
+        path = tmp_path / f"{trial}" / "q.db"
+        start = ctx.Barrier(10)
+        out: multiprocessing.Queue[str] = ctx.Queue()
+        procs = [ctx.Process(target=_first_open, args=(str(path), start, out)) for _ in range(10)]
+        for p in procs:
+            p.start()
+        results = [out.get(timeout=120) for _ in procs]
+        for p in procs:
+            p.join(timeout=60)
+        assert results == ["ok"] * 10
 
 
 def test_concurrent_threads_lose_nothing(tmp_path: Path) -> None:

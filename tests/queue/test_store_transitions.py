@@ -373,3 +373,25 @@ def test_lost_after_reboot_ends_the_attempts_too(store: JobStore, clock: Clock) 
     assert (current.outcome, current.ended_at) == (None, None)
     assert store.finish(old.id, 1, 0, "succeeded") is None  # a late exit record cannot revive it
     assert store.lost_after_reboot("boot-2") == []
+
+
+# several changes in one transaction
+
+
+def test_an_end_and_the_next_start_commit_together_or_not_at_all(store: JobStore) -> None:
+    first, second = store.add_many([JobSpec(argv=("true",)), JobSpec(argv=("true",))])
+    start(store, first.id)
+    before = rows(store)
+    writes = store.writes
+    with pytest.raises(RuntimeError), store.transaction():
+        assert store.finish(first.id, 1, 0, "succeeded") is not None
+        assert store.mark_started(second.id, 4343, [], "boot-1")
+        raise RuntimeError("the daemon fails between the two")
+    assert rows(store) == before  # neither the end nor the start
+    assert store.writes == writes
+    with store.transaction():
+        assert store.finish(first.id, 1, 0, "succeeded") is not None
+        assert store.mark_started(second.id, 4343, [], "boot-1")
+        assert rows(store) == before  # another connection sees nothing until the commit
+    assert store.writes == writes + 1  # one commit for both
+    assert (get(store, first.id).state, get(store, second.id).state) == ("succeeded", "running")
