@@ -24,6 +24,8 @@ def parse_listen(text: str) -> ListenAddress:
     """The address in `text`; ValueError with one line saying what is wrong with it."""
     text = text.strip()
     example = "give HOST:PORT, like 127.0.0.1:9400"
+    if "://" in text or "/" in text:
+        raise ValueError(f"--listen {text!r} is a URL, not an address ({example}; the path is always /metrics)")
     if text.startswith("["):
         host, bracket, rest = text[1:].partition("]")
         if not bracket or not host:

@@ -48,6 +48,8 @@ def test_addresses(text: str, host: str, port: int, shown: str) -> None:
         ("::1:9400", "in brackets"),
         ("[::1", "is not an address"),
         ("[]:9400", "is not an address"),
+        ("http://127.0.0.1:9400", "is a URL, not an address"),
+        ("127.0.0.1:9400/metrics", "is a URL, not an address"),
     ],
 )
 def test_bad_addresses_say_what_is_wrong(text: str, says: str) -> None:
