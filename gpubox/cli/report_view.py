@@ -176,7 +176,9 @@ def notes(report: LedgerReport) -> list[str]:
         found.append(
             f"nothing recorded since {when(report.recorded_until)}: is the daemon running? (gpubox daemon status)"
         )
-    elif report.until - report.recorded_until > 1:
+    if report.recorded_from is not None and report.until <= report.recorded_from:
+        found.append(f"the ledger begins at {when(report.recorded_from)}: nothing is recorded in this window")
+    elif report.recorded_until is not None and not report.recording_stale and report.until - report.recorded_until > 1:
         stamp = time.strftime("%H:%M:%S", time.localtime(report.recorded_until))
         found.append(f"recorded up to {stamp}: the daemon writes what it sampled once a minute")
     if report.by != "gpu":

@@ -116,6 +116,12 @@ def _overlap(part: Interval, intervals: list[Interval]) -> float:
     return sum(max(0.0, min(part[1], end) - max(part[0], start)) for start, end in intervals)
 
 
+def first_hour(store: LedgerStore) -> float | None:
+    """The start of the first hour the ledger keeps (older ones were pruned); None when empty."""
+    [(first,)] = store.rows("SELECT MIN(hour) FROM gpu_hours")
+    return None if first is None else float(first)
+
+
 def gpu_totals(store: LedgerStore) -> dict[int, GpuUsage]:
     """Each GPU's usage since the ledger began: every hour kept, whatever the clock says now (it may
     have been set back), and what retention pruned."""

@@ -95,6 +95,7 @@ class LedgerReport:
     tag_key: str | None
     price_per_gpu_hour: float | None
     price_per_kwh: float | None
+    recorded_from: float | None  # the start of the first hour the ledger keeps; null when it keeps none
     recorded_until: float | None  # the last sample recorded; null when nothing was
     recording_stale: bool  # recording has stopped (no sample within its max gap and a flush)
     rows: tuple[UsageRow, ...]
@@ -136,6 +137,7 @@ def build_report(
             unqueued = queries.unqueued_by_user(store, since, until) if by == "user" else {}
             rows, total = _by_attempts(attempts, by, tag_key, unqueued, prices)
         unallocated = free_hours(store, since, until, gpus, limit, waits)
+        first = queries.first_hour(store)
     last = meta.get("last_sample_at")
     return LedgerReport(
         since=since,
@@ -144,6 +146,7 @@ def build_report(
         tag_key=tag_key,
         price_per_gpu_hour=prices.per_gpu_hour,
         price_per_kwh=prices.per_kwh,
+        recorded_from=first,
         recorded_until=last,
         recording_stale=last is not None and now - last > meta.get("stale_after_s", 0.0),
         rows=rows,

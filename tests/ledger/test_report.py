@@ -196,3 +196,11 @@ def test_a_window_past_the_last_write_says_what_is_recorded_so_far(store: Ledger
     assert any(n.startswith("recorded up to ") for n in notes(live))
     done = build_report(store, T0 + H, T0 + 2 * H, "gpu", now=T0 + 2 * H + 30)
     assert not any(n.startswith("recorded up to ") for n in notes(done))
+
+
+def test_a_window_before_the_ledger_begins_says_so(store: LedgerStore) -> None:
+    before = build_report(store, T0 - 30 * 86400, T0 - 29 * 86400, "gpu", now=T0 + 2 * H)
+    assert before.recorded_from == T0 and before.rows == ()
+    assert any(n.startswith("the ledger begins at ") for n in notes(before))
+    inside = build_report(store, T0, T0 + H, "gpu", now=T0 + 2 * H)
+    assert not any(n.startswith("the ledger begins") for n in notes(inside))
