@@ -4,8 +4,8 @@ Per-GPU figures come from whole hours where the window covers them and from minu
 ends, so a report over a year reads some 9,000 rows per GPU rather than 525,600. A minute the
 window cuts counts for the part of it inside the window and not in a gap, up to what it observed,
 so a GPU's observed time never exceeds the window (where retention dropped the minutes sooner than
-the hours, the window's two part hours are missing). Per-attempt and unqueued figures are kept per hour: every
-hour that overlaps the window counts whole.
+the hours, the window's two part hours are missing). Per-attempt and unqueued figures are kept
+per hour: every hour that overlaps the window counts whole.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
+from functools import partial
 
 from gpubox.ledger.rollup import HOUR, MINUTE
 from gpubox.ledger.schema import ATTEMPT_COLUMNS, GPU_COLUMNS, UNQUEUED_COLUMNS
@@ -78,10 +79,7 @@ def gpu_usage(
     inside the window that was not a gap, at most all it observed, and its other figures by the
     same share; `gaps` are the GPUs' gaps (`gap_intervals`) over the window."""
     totals: dict[int, GpuUsage] = {}
-
-    def add(gpu: int, usage: GpuUsage) -> None:
-        totals[gpu] = totals[gpu].plus(usage) if gpu in totals else usage
-
+    add = partial(_add, totals)
     for table, key, lo, hi in window_parts(since, until):
         whole_lo, whole_hi = (lo, hi) if table == "gpu_hours" else _whole_minutes(lo, hi)
         if whole_lo < whole_hi:
@@ -98,6 +96,10 @@ def gpu_usage(
                     if usage.observed_s > 0:
                         add(row[0], usage.scaled(min(1.0, max(0.0, inside) / usage.observed_s)))
     return totals
+
+
+def _add(totals: dict[int, GpuUsage], gpu: int, usage: GpuUsage) -> None:
+    totals[gpu] = totals[gpu].plus(usage) if gpu in totals else usage
 
 
 def _whole_minutes(lo: float, hi: float) -> Interval:
@@ -128,8 +130,7 @@ def gpu_totals(store: LedgerStore) -> dict[int, GpuUsage]:
     totals: dict[int, GpuUsage] = {}
     for table in ("gpu_pruned", "gpu_hours"):
         for row in store.rows(f"SELECT gpu, {GPU_COLUMNS.sums()} FROM {table} GROUP BY gpu"):
-            usage = GPU_COLUMNS.usage(row, 1)
-            totals[row[0]] = totals[row[0]].plus(usage) if row[0] in totals else usage
+            _add(totals, row[0], GPU_COLUMNS.usage(row, 1))
     return totals
 
 
