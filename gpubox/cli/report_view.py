@@ -311,7 +311,7 @@ def table(report: LedgerReport, width: int | None = None) -> Any:
 
 
 def _short_gpu_name(name: str | None) -> str | None:
-    """ "NVIDIA H100 80GB HBM3" as "H100 80GB HBM3": every GPU here is NVIDIA's."""
+    """The name without its "NVIDIA " ("H100 80GB HBM3"): every GPU here is NVIDIA's."""
     return name.removeprefix("NVIDIA ") if name else name
 
 
