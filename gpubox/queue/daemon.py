@@ -11,6 +11,8 @@ marks `lost` the jobs that were running before a reboot.
 While CPU-only jobs fill their slots, the job that starts next is already handed to a spare
 supervisor, which prepares it; when a CPU-only job ends and nothing else changed, its end and
 the next start are committed in one transaction and the spare is told to go, without a pass.
+A supervisor whose job's end is recorded is kept for another job while jobs wait, unless its
+job was stopped or anyone asked to stop it (a stop signal may still be on its way to it).
 """
 
 from __future__ import annotations
@@ -118,6 +120,7 @@ class Daemon:
         self.socket_path = socket_path(paths)
         self.logs_dir = logs_dir(paths)
         self.pool: SparePool | None = None  # supervisors forked ahead, made when the loop starts
+        self._supervising: dict[int, supervise.Spare] = {}  # job id: the supervisor running it
         self._done_w = -1
         self.reasons: dict[int, str] = {}
         self.last_gpus: list[GpuInfo] = []
@@ -203,6 +206,9 @@ class Daemon:
             if sampler is not None:
                 sampler.stop()  # writes the GPU use not written yet
             self._disarm()
+            for spare in self._supervising.values():
+                supervise.discard(spare)  # each leaves its job's exit record for the next daemon
+            self._supervising.clear()
             if self.pool is not None:
                 self.pool.close()
             signal.set_wakeup_fd(-1)
@@ -366,29 +372,67 @@ class Daemon:
             elif proctree.is_alive(job.pid, job.pid_start):
                 continue
             else:
+                supervise.discard(self._supervising.pop(job.id, supervise.GONE))
                 outcome = self._exit_record(job) or self._orphaned(job)
             changed = self._finish(store, job, outcome) or changed
         return changed
 
     def _record_done(self, store: JobStore, line: bytes) -> None:
-        """A supervisor says how its attempt ended: record it now (its exit record says the same)."""
+        """A supervisor says how its attempt ended: record it now, then tell it so (it leaves an
+        exit record only when nobody does)."""
         done = supervise.parse_done(line)
         if done is None:
             return
         job_id, attempt, outcome = done
+        spare = self._supervising.pop(job_id, supervise.GONE)
+        try:
+            self._record_outcome(store, job_id, attempt, outcome, spare)
+        except BaseException:
+            supervise.discard(spare)  # not recorded: it leaves its exit record, read by a later pass
+            raise
+
+    def _record_outcome(
+        self, store: JobStore, job_id: int, attempt: int, outcome: supervise.Outcome, spare: supervise.Spare
+    ) -> None:
         job = store.get(job_id)
         if job is None or job.state != "running" or job.attempt != attempt:
+            self._release(spare, reuse=False)  # nothing to record: ended already
             return
         if not outcome.ran and job.request is None:
             # Its supervisor was stopped before the job ran, by nobody's request: run it later.
             if store.abandon_start(job.id, job.attempt):
                 self.log(f"job {job.id}: its supervisor was stopped before the job ran; queued again")
                 self._dirty = True
+            self._release(spare, reuse=False)
             return
         if outcome.outcome == "cancelled" and job.request == "cancel":
             outcome = dataclasses.replace(outcome, reason="cancelled on request")
-        if not self._finish_and_start_next(store, job, outcome):
-            self._finish(store, job, outcome)
+        if not self._finish_and_start_next(store, job, outcome, spare):
+            with store.transaction():
+                asked = self._stop_asked(store, job.id)
+                ended = store.finish(
+                    job.id, job.attempt, outcome.exit_code, outcome.outcome, outcome.reason, ended_at=outcome.ended_at
+                )
+            if ended is not None:
+                self._ended(job, outcome)
+            self._release(spare, reuse=ended is not None and _keeps(outcome, asked))
+
+    @staticmethod
+    def _stop_asked(store: JobStore, job_id: int) -> bool:
+        """Whether anyone asked to stop the job, read in the transaction that ends it: a cancel or
+        preemption commits its request before it signals the supervisor, so a signal still on
+        its way has its request read here (or comes after the end, to a job that ended)."""
+        current = store.get(job_id)
+        return current is not None and current.request is not None
+
+    def _release(self, spare: supervise.Spare, reuse: bool) -> None:
+        """Tell a supervisor its job's end is recorded; keep it for another job when `reuse`."""
+        if not supervise.recorded(spare):
+            return  # gone, or sent away already
+        if reuse and self.pool is not None:
+            self.pool.give_back(spare)
+        else:
+            supervise.discard(spare)
 
     def _finish(self, store: JobStore, job: Job, outcome: supervise.Outcome) -> bool:
         ended = store.finish(
@@ -404,10 +448,12 @@ class Daemon:
         if outcome.outcome != "succeeded":
             self.log(f"job {job.id}: {outcome.outcome}" + (f" ({outcome.reason})" if outcome.reason else ""))
 
-    def _finish_and_start_next(self, store: JobStore, job: Job, outcome: supervise.Outcome) -> bool:
+    def _finish_and_start_next(
+        self, store: JobStore, job: Job, outcome: supervise.Outcome, supervisor: supervise.Spare
+    ) -> bool:
         """The fast way from one CPU-only job to the next: record the end and the start of the
         job armed for it in one transaction, then say go. False (nothing done) when the guess
-        no longer holds; the pass decides then."""
+        no longer holds; the pass decides then. `supervisor`: the one whose job ended."""
         armed = self._armed
         if armed is None or job.gpu_uuids or job.id in armed.guess.not_after or store.writes != armed.guess.writes:
             return False
@@ -417,6 +463,7 @@ class Daemon:
         with store.transaction():
             if store.data_version() != guess.version:
                 return False  # someone changed the queue since the guess
+            asked = self._stop_asked(store, job.id)
             ended = store.finish(
                 job.id, job.attempt, outcome.exit_code, outcome.outcome, outcome.reason, ended_at=outcome.ended_at
             )
@@ -424,14 +471,17 @@ class Daemon:
                 # No `expect`: nobody else committed since the job was read, so its spec is the one read.
                 prefix = attempt_prefix(self.logs_dir, nxt.id, nxt.attempt + 1)
                 started = store.mark_started(nxt.id, spare.pid, (), self.boot, str(prefix), pid_start=spare.pid_start)
+        reuse = ended is not None and _keeps(outcome, asked)
         if not started:
             if ended is not None:
                 self._ended(job, outcome)  # the pass decides what starts
+            self._release(supervisor, reuse)
             return True
         # Nothing that can raise (a log line to a closed stderr) between the committed start and
         # "go": a start without its go would end the job `lost` without running it.
         self._armed = None
         went = self._go(store, nxt, spare)
+        self._release(supervisor, reuse)  # before arming: it may prepare the job after
         if outcome.outcome != "succeeded":
             self.log(f"job {job.id}: {outcome.outcome}" + (f" ({outcome.reason})" if outcome.reason else ""))
         if not went:  # back in the queue, ahead of the rest of the guess: the pass decides
@@ -459,6 +509,7 @@ class Daemon:
             store.abandon_start(job.id, job.attempt + 1)  # it never ran: as if not started
             self._dirty = True
             return False
+        self._supervising[job.id] = spare
         self.reasons.pop(job.id, None)
         return True
 
@@ -698,6 +749,7 @@ class Daemon:
             except OSError:
                 store.abandon_start(job.id, attempt)  # it never ran: as if not started
                 continue
+            self._supervising[job.id] = spare
             self.reasons.pop(job.id, None)
             return
 
@@ -716,6 +768,12 @@ REFRESH_S = 0.02  # a pass at most this long after a start made without one
 # Supervisors kept forked ahead while jobs wait; the next is forked while a job runs. More did
 # not help on a 2-core box: they compete with the running job for the CPUs.
 SPARES = 1
+
+
+def _keeps(outcome: supervise.Outcome, asked: bool) -> bool:
+    """Whether a supervisor may run another job after this one: not when anyone asked to stop its
+    job, nor when a signal stopped it (someone's `kill`): another may be on its way to it."""
+    return not asked and outcome.ran and outcome.outcome not in ("cancelled", "preempted")
 
 
 def _drain(fd: int) -> bytes:

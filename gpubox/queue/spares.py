@@ -60,6 +60,10 @@ class SparePool:
     def put_back(self, spare: supervise.Spare) -> None:
         self.ready.insert(0, spare)
 
+    def give_back(self, spare: supervise.Spare) -> None:
+        """A supervisor whose job ended, for another job (`keep` sends away those not needed)."""
+        self.ready.append(spare)
+
     def on_readable(self, wanted: bool) -> None:
         """The spawner has something to say: a spare (kept while wanted), or EOF (it died)."""
         try:
@@ -81,8 +85,8 @@ class SparePool:
         OSError when the spawner cannot be asked."""
         while wanted and len(self.ready) + self.spawner.asked < self.size:
             self._ask()
-        while not wanted and self.ready:
-            supervise.discard(self.ready.pop())
+        while self.ready and (not wanted or len(self.ready) > self.size):
+            supervise.discard(self.ready.pop(0))
 
     def close(self) -> None:
         for spare in self.ready:

@@ -4,12 +4,19 @@ The daemon forks supervisors ahead of time (spares). A spare leaves the daemon's
 waits for its launch: one line, which it may get while the previous job still runs, to open
 the logs and build the environment ahead. It runs the job only on the "go" that follows, which
 the daemon sends only after recording the start (so a job never runs unrecorded or twice), and
-exits without running anything at EOF instead. It runs the job
-in its own process group with its logs, GPUs and environment. It enforces the time limit and
-stops the whole tree when asked: SIGTERM cancels, SIGUSR1 preempts. It never opens the database
-(SQLite connections do not survive a fork): it leaves the outcome in `<log prefix>.exit`, a
-file written once and renamed into place, and the daemon, or the next daemon if this one was
-killed, records it from there. Killing or restarting the daemon loses nothing.
+exits without running anything at EOF instead. It runs the job in its own process group with
+its logs, GPUs and environment. It enforces the time limit and stops the whole tree when asked:
+SIGTERM cancels, SIGUSR1 preempts. It never opens the database (SQLite connections do not
+survive a fork): it tells the daemon how the job ended over the done pipe and waits for the
+daemon's "recorded". Without it (the daemon was killed, or could not record it) it leaves the
+outcome in `<log prefix>.exit`, a file written once, and the next daemon records it from there.
+Killing or restarting the daemon loses nothing.
+
+A supervisor runs one job at a time. Once the end is recorded it waits for another launch, so
+a stream of short jobs does not pay a fork of Python each; but never after anyone asked to stop
+its job, or its job was stopped (the daemon decides that as it records the end): a stop signal
+meant for the job that ended must not reach the next one. It exits only at EOF on the launch
+pipe (sent away, or the daemon gone), or when nobody records its job's end.
 """
 
 from __future__ import annotations
@@ -88,6 +95,8 @@ class Spare:
     launch_w: int
 
 
+GONE = Spare(0, None, -1)  # no supervisor to talk to (sent away, or never known)
+
 _STOP_SIGNALS = {signal.SIGTERM, signal.SIGUSR1}
 
 
@@ -117,6 +126,7 @@ def fork_spare(done_w: int) -> Spare:
 
 
 GO = b"G"  # after the launch: run it (its start is recorded now)
+RECORDED = b"A"  # after the done message: the end is recorded; wait for the next launch
 
 
 def hand_over(spare: Spare, launch: Launch) -> None:
@@ -143,75 +153,89 @@ def prepare(spare: Spare, launch: Launch) -> None:
             "lock_path": None if launch.lock_path is None else str(launch.lock_path),
         }
     ).encode()
-    try:
-        _write_all(spare.launch_w, data + b"\n")  # JSON escapes newlines: the launch is one line
-    except OSError:
-        os.close(spare.launch_w)
-        raise
+    _send(spare, data + b"\n")  # JSON escapes newlines: the launch is one line
 
 
 def go(spare: Spare) -> None:
     """Run the job the spare prepared: only once its start is committed. OSError when the spare
-    is gone."""
+    is gone (the pipe is closed then)."""
+    _send(spare, GO)
+
+
+def recorded(spare: Spare) -> bool:
+    """Tell a supervisor that its job's end is recorded (it writes no exit record then, and
+    waits for another launch); False when it is gone (the pipe is closed then)."""
     try:
-        _write_all(spare.launch_w, GO)
-    finally:
-        os.close(spare.launch_w)
+        _send(spare, RECORDED)
+    except OSError:
+        return False
+    return True
 
 
 def discard(spare: Spare) -> None:
-    """Send an unused spare away, prepared or not: it reads EOF and exits without running anything."""
-    with suppress(OSError):
-        os.close(spare.launch_w)
+    """Send a supervisor away, prepared or idle: it reads EOF and exits without running anything
+    (or, with a job running, exits when that ends, leaving its exit record)."""
+    if spare.launch_w >= 0:
+        with suppress(OSError):
+            os.close(spare.launch_w)
+        spare.launch_w = -1
 
 
-def _write_all(fd: int, data: bytes) -> None:
+def _send(spare: Spare, data: bytes) -> None:
+    if spare.launch_w < 0:
+        raise BrokenPipeError("the supervisor was sent away")
     view = memoryview(data)
-    while view:
-        view = view[os.write(fd, view) :]
+    try:
+        while view:
+            view = view[os.write(spare.launch_w, view) :]
+    except OSError:
+        discard(spare)
+        raise
 
 
-def _read(fd: int) -> bytes:
-    while True:
-        try:
-            return os.read(fd, 65536)
-        except InterruptedError:
-            continue
+class _Orders:
+    """The launch pipe as the supervisor reads it: launch lines, "go" and "recorded"."""
 
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+        self.buf = b""
 
-def _read_launch(fd: int) -> tuple[Launch | None, bytes]:
-    """The launch (None at EOF without one) and what followed it in the pipe."""
-    data = b""
-    while b"\n" not in data:
-        chunk = _read(fd)
-        if not chunk:
-            return None, b""  # discarded, or the daemon died, before it sent a whole launch
-        data += chunk
-    line, rest = data.split(b"\n", 1)
-    d = json.loads(line)
-    return Launch(
-        job_id=d["job_id"],
-        attempt=d["attempt"],
-        spec=spec_from_json(d["spec"]),
-        gpu_uuids=tuple(d["gpu_uuids"]),
-        log_prefix=Path(d["log_prefix"]),
-        boot_id=d["boot_id"],
-        grace_s=d["grace_s"],
-        daemon_pid=d["daemon_pid"],
-        socket_path=Path(d["socket_path"]),
-        lock_path=None if d.get("lock_path") is None else Path(d["lock_path"]),
-    ), rest
+    def _fill(self) -> bool:
+        while True:
+            try:
+                chunk = os.read(self.fd, 65536)
+            except InterruptedError:
+                continue
+            self.buf += chunk
+            return bool(chunk)
 
+    def launch(self) -> Launch | None:
+        """The next launch, or None at EOF (discarded, or the daemon died, before a whole one)."""
+        while b"\n" not in self.buf:
+            if not self._fill():
+                return None
+        line, self.buf = self.buf.split(b"\n", 1)
+        d = json.loads(line)
+        return Launch(
+            job_id=d["job_id"],
+            attempt=d["attempt"],
+            spec=spec_from_json(d["spec"]),
+            gpu_uuids=tuple(d["gpu_uuids"]),
+            log_prefix=Path(d["log_prefix"]),
+            boot_id=d["boot_id"],
+            grace_s=d["grace_s"],
+            daemon_pid=d["daemon_pid"],
+            socket_path=Path(d["socket_path"]),
+            lock_path=None if d.get("lock_path") is None else Path(d["lock_path"]),
+        )
 
-def _wait_go(fd: int, rest: bytes) -> bool:
-    """True once the daemon says go; False at EOF without it (discarded, or the daemon died)."""
-    data = rest
-    while not data:
-        data = _read(fd)
-        if not data:
-            break
-    os.close(fd)
-    return data[:1] == GO
+    def expect(self, byte: bytes) -> bool:
+        """True when the next order is `byte`; False at EOF (or anything else)."""
+        while not self.buf:
+            if not self._fill():
+                return False
+        first, self.buf = self.buf[:1], self.buf[1:]
+        return first == byte
 
 
 def _spare_main(launch_r: int, done_w: int) -> int:
@@ -231,26 +255,37 @@ def _spare_main(launch_r: int, done_w: int) -> int:
     os.closerange(low + 1, high)
     os.closerange(high + 1, 1 << 16)
     proctree.become_subreaper()
-    launch, rest = _read_launch(launch_r)
-    if launch is None:
-        os.close(launch_r)
-        return 0  # no start was recorded: run nothing
-    proctree.set_name(f"gpubox-job{launch.job_id}")
-    exit_path = log_paths(launch.log_prefix)[2]
-    ready = _Ready(launch)
-    if not _wait_go(launch_r, rest):
-        return 0  # no start was recorded (or the daemon died first): run nothing
-    result = _run(launch, ready)
-    if result.ended_at is None:
-        result = dataclasses.replace(result, ended_at=time.time())
-    told = False
-    with suppress(OSError):  # EPIPE when the daemon that asked for us is gone
-        told = os.write(done_w, done_message(launch.job_id, launch.attempt, result)) > 0
-    # Then the record a daemon that missed the message (killed, restarted) reads instead.
-    write_exit(exit_path, launch.attempt, result)
-    if not told:  # a later daemon reads the exit record once woken
-        poke(launch.socket_path)
-    return 0
+    orders = _Orders(launch_r)
+    wake_r, wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+    while True:
+        launch = orders.launch()
+        if launch is None:
+            return 0  # no start was recorded (or it is sent away while idle): run nothing
+        proctree.set_name(f"gpubox-job{launch.job_id}")
+        ready = _Ready(launch)
+        try:
+            if not orders.expect(GO):
+                return 0  # no start was recorded (or the daemon died first): run nothing
+            result = _run(launch, ready, wake_r, wake_w)
+        finally:
+            ready.close()
+        if result.ended_at is None:
+            result = dataclasses.replace(result, ended_at=time.time())
+        told = False
+        with suppress(OSError):  # EPIPE when the daemon that asked for us is gone
+            told = os.write(done_w, done_message(launch.job_id, launch.attempt, result)) > 0
+        if not (told and orders.expect(RECORDED)):
+            # Then the record a daemon that missed the message (killed, restarted) reads instead,
+            # and a daemon woken to read it (once this process is gone: it then looks).
+            write_exit(log_paths(launch.log_prefix)[2], launch.attempt, result)
+            poke(launch.socket_path)
+            return 0
+        # Idle: out of the job's directory (it would keep a file system busy), under a name
+        # that says so. A stop signal that comes now is noted: the next job is then reported
+        # stopped before it ran (and queued again); the daemon keeps no supervisor that was
+        # stopped. Exiting instead could leave a job just handed over recorded as running.
+        os.chdir("/")
+        proctree.set_name("gpubox-idle")
 
 
 def _record(result: Outcome) -> dict[str, object]:
@@ -337,6 +372,11 @@ class _Ready:
         self.argv = job_argv(spec)
         self.env = job_environment(spec, launch.job_id, launch.attempt, launch.gpu_uuids)
 
+    def close(self) -> None:
+        for fd in (self.out, self.err):
+            with suppress(OSError):
+                os.close(fd)
+
 
 def _spawn(ready: _Ready) -> int | Outcome:
     """Start the job in its own process group, in its directory, with its logs; its pid."""
@@ -385,9 +425,8 @@ def _note_stop(signum: int, _frame: object) -> None:
     _stops.append(signum)
 
 
-def _run(launch: Launch, ready: _Ready) -> Outcome:
+def _run(launch: Launch, ready: _Ready, wake_r: int, wake_w: int) -> Outcome:
     err = ready.err
-    wake_r, wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
     signal.set_wakeup_fd(wake_w)
     signal.signal(signal.SIGCHLD, lambda *_: None)
     if _stops:  # asked to stop before the job ever ran: it does not run

@@ -23,6 +23,7 @@ import pytest
 
 from gpubox.probe.launch import SITE_DIR
 from gpubox.queue import proctree
+from gpubox.queue.store import JobStore
 from tests.queue.conftest import QueueBox, kill_everything, wait_until
 
 END_STATES = ("succeeded", "failed", "cancelled", "timeout", "lost")
@@ -506,7 +507,8 @@ def test_database_logs_and_socket_are_private(queue: QueueBox) -> None:
     assert mode(sock) == 0o600
     job_logs = queue.state_dir / "logs"
     files = {p.name: mode(p) for p in job_logs.glob(f"{job_id}.*")}
-    assert files == {f"{job_id}.1.out": 0o600, f"{job_id}.1.err": 0o600, f"{job_id}.1.exit": 0o600}
+    # The daemon recorded the end, so the supervisor left no exit record (see the next test for one).
+    assert files == {f"{job_id}.1.out": 0o600, f"{job_id}.1.err": 0o600}
     assert oct(mode(queue.state_dir / "logs")) == oct(0o700), "the directory of all logs is not private"
 
 
@@ -540,8 +542,10 @@ def test_daemon_status_and_stop_leave_running_jobs_alone(queue: QueueBox, tmp_pa
     assert proctree.is_alive(*supervisor)
     assert queue.job(job_id)["state"] == "running"
     (tmp_path / "go").touch()
-    wait_until(lambda: (queue.state_dir / "logs" / f"{job_id}.1.exit").exists(), HANG, "the exit record")
+    exit_record = queue.state_dir / "logs" / f"{job_id}.1.exit"
+    wait_until(exit_record.exists, HANG, "the exit record")
     assert queue.job(job_id)["state"] == "running"
+    assert stat.S_IMODE(exit_record.stat().st_mode) == 0o600
 
     # The next client starts a daemon, which records the exit code.
     waited = queue("queue", "wait", str(job_id), timeout=HANG)
@@ -607,3 +611,56 @@ def test_job_environment(queue: QueueBox, tmp_path: Path, monkeypatch: pytest.Mo
     assert env["CUDA_VISIBLE_DEVICES"] == ""
     assert env["OVERRIDDEN"] == "old"
     assert (tmp_path / "plain.cwd").read_text().strip() == str(workdir.resolve())
+
+
+# 14. Supervisors run later jobs, but none after a stop
+
+
+def add_file(queue: QueueBox, jobs: Path) -> list[int]:
+    result = queue("queue", "add", "--gpus", "0", "--shell", "--file", str(jobs))
+    assert result.returncode == 0, result.stderr
+    return [int(x) for x in result.stdout.split()]
+
+
+def test_supervisors_run_later_jobs_but_never_after_their_job_was_stopped(queue: QueueBox, tmp_path: Path) -> None:
+    queue.start_daemon()
+    parents = tmp_path / "parents"
+    jobs = tmp_path / "jobs.txt"
+    # Supervisors are kept while jobs wait: submitted together, the jobs share them.
+    jobs.write_text(f'echo "$GPUBOX_JOB_ID $PPID" >> {parents}\n' * 8)
+    batch = add_file(queue, jobs)
+    for job_id in batch:
+        assert queue.wait_state(job_id, END_STATES, timeout=HANG)["state"] == "succeeded"
+    recorded = {job_id: queue.job(job_id)["pid"] for job_id in batch}
+    # Each job ran under the supervisor recorded for it, and supervisors ran several jobs each.
+    assert {int(a): int(b) for a, b in (line.split() for line in lines(parents))} == recorded
+    assert len(set(recorded.values())) < len(batch)
+    assert not list((queue.state_dir / "logs").glob("*.exit"))  # every end recorded by the daemon
+
+    jobs.write_text("sleep 0.05\n" * 6)
+    for how in ("queue cancel", "kill", "late"):
+        go = tmp_path / f"go-{how.replace(' ', '-')}"
+        job_id = queue.add("--gpus", "0", "--shell", "--", hold_until(go))
+        row = queue.wait_state(job_id, ("running",), timeout=HANG)
+        later = add_file(queue, jobs)  # waiting for the one CPU-only slot when the job is stopped
+        if how == "kill":  # someone signals the supervisor itself: it stops the job all the same
+            os.kill(row["pid"], signal.SIGTERM)
+        elif how == "queue cancel":
+            ok = queue("queue", "cancel", str(job_id))
+            assert ok.returncode == 0, ok.stderr
+        else:
+            # A cancel whose signal is still on its way when the job ends by itself: the client
+            # has committed its request (as `queue cancel` does first) and not yet signalled.
+            store = JobStore(queue.db)
+            try:
+                store.request_stop(job_id, "cancel")
+            finally:
+                store.close()
+            go.touch()
+        assert queue.wait_state(job_id, END_STATES, timeout=HANG)["state"] == "cancelled"
+        for later_id in later:
+            assert queue.wait_state(later_id, END_STATES, timeout=HANG)["state"] == "succeeded"
+        # That late signal must find no other job under the supervisor: it runs none.
+        assert row["pid"] not in {queue.job(later_id)["pid"] for later_id in later}
+        pid, ticks = row["pid"], row["pid_start"]
+        wait_until(lambda: not proctree.is_alive(pid, ticks), HANG, "its supervisor to exit")  # noqa: B023

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import json
 import os
+import select
 import signal
 import time
 from pathlib import Path
+
+import pytest
 
 from gpubox.queue import proctree, supervise
 from gpubox.queue.jobs import JobSpec
@@ -14,11 +17,13 @@ from gpubox.queue.zygote import Spawner
 from tests.queue.conftest import QueueBox, wait_until
 
 
-def _launch(tmp_path: Path, argv: tuple[str, ...], attempt: int = 1) -> supervise.Launch:
+def _launch(
+    tmp_path: Path, argv: tuple[str, ...], attempt: int = 1, cwd: Path | None = None, env: dict[str, str] | None = None
+) -> supervise.Launch:
     return supervise.Launch(
         job_id=7,
         attempt=attempt,
-        spec=JobSpec(argv=argv, cwd=str(tmp_path), env=dict(os.environ), gpus=0, probe=False),
+        spec=JobSpec(argv=argv, cwd=str(cwd or tmp_path), env=env or dict(os.environ), gpus=0, probe=False),
         gpu_uuids=(),
         log_prefix=tmp_path / f"7.{attempt}",
         boot_id="b",
@@ -45,7 +50,8 @@ def test_a_spare_runs_the_job_it_is_handed_and_reports_it(tmp_path: Path) -> Non
         assert (parsed[2].exit_code, parsed[2].outcome) == (3, "failed")
         assert (tmp_path / "7.1.out").read_text() == "out\n"
         assert (tmp_path / "7.1.err").read_text() == "err\n"
-        # The exit record follows the done message (it is for a daemon that missed the message).
+        # Nobody says the end is recorded (a daemon killed after the message, say): the exit record.
+        supervise.discard(spare)
         wait_until(lambda: (tmp_path / "7.1.exit").exists(), 10, "the exit record")
         wait_until(lambda: bool((tmp_path / "7.1.exit").read_text()), 10, "the exit record's text")
         assert json.loads((tmp_path / "7.1.exit").read_text())["exit_code"] == 3
@@ -93,6 +99,8 @@ def test_a_prepared_spare_runs_its_job_only_on_go_and_nothing_when_discarded(tmp
         assert parsed is not None and parsed[:2] == (7, 1) and parsed[2].outcome == "succeeded"
         assert ran.read_text() == "kept\n"
         assert not (tmp_path / "7.2.exit").exists()  # the discarded one ran nothing and reported nothing
+        supervise.discard(kept)
+        wait_until(lambda: not proctree.is_alive(kept.pid, kept.pid_start), 10, "the supervisor to exit")
     finally:
         spawner.close()
         os.close(done_r)
@@ -127,3 +135,90 @@ def test_a_job_gets_only_stdin_stdout_stderr_and_no_ignored_signals(queue: Queue
     mask = int(out[3].split()[1], 16)
     for sig in (signal.SIGINT, signal.SIGHUP, signal.SIGPIPE, signal.SIGTERM, signal.SIGXFSZ):
         assert not mask & (1 << (sig - 1)), f"{sig.name} is ignored in the job"
+
+
+def _done(done_r: int) -> tuple[int, int, supervise.Outcome]:
+    ready, _, _ = select.select([done_r], [], [], 10)
+    assert ready, "no done message"
+    parsed = supervise.parse_done(os.read(done_r, 4096).rstrip(b"\n"))
+    assert parsed is not None
+    return parsed
+
+
+def test_a_supervisor_told_its_end_is_recorded_runs_the_next_job_as_a_new_process_would(tmp_path: Path) -> None:
+    done_r, done_w = os.pipe2(os.O_CLOEXEC)
+    spawner = Spawner(done_w)
+    first_dir, second_dir = tmp_path / "a", tmp_path / "b"
+    first_dir.mkdir()
+    second_dir.mkdir()
+    report = 'echo "$PPID $(pwd) ${ONLY_FIRST:-unset}" > "$OUT"'
+    try:
+        spawner.ask()
+        spare = spawner.receive()
+        env = {**os.environ, "ONLY_FIRST": "yes", "OUT": str(tmp_path / "one")}
+        supervise.hand_over(spare, _launch(tmp_path, ("sh", "-c", report), cwd=first_dir, env=env))
+        assert _done(done_r)[:2] == (7, 1)
+        assert supervise.recorded(spare)
+        # Idle, it keeps no job's directory busy (an unmount would fail) and says it is idle.
+        wait_until(
+            lambda: Path(f"/proc/{spare.pid}/comm").read_text().strip() == "gpubox-idle", 10, "the supervisor idle"
+        )
+        assert os.readlink(f"/proc/{spare.pid}/cwd") == "/"
+        env = {k: v for k, v in os.environ.items() if k != "ONLY_FIRST"} | {"OUT": str(tmp_path / "two")}
+        supervise.hand_over(spare, _launch(tmp_path, ("sh", "-c", report + "; exit 4"), 2, second_dir, env))
+        number, attempt, outcome = _done(done_r)
+        assert (number, attempt, outcome.exit_code) == (7, 2, 4)
+        # The same supervisor ran both, each job in its own directory with its own environment.
+        assert (tmp_path / "one").read_text() == f"{spare.pid} {first_dir} yes\n"
+        assert (tmp_path / "two").read_text() == f"{spare.pid} {second_dir} unset\n"
+        assert supervise.recorded(spare)
+        assert not list(tmp_path.glob("7.*.exit"))  # both ends recorded: no exit record
+        open_fds = len(os.listdir(f"/proc/{spare.pid}/fd"))
+        supervise.hand_over(spare, _launch(tmp_path, ("true",), 3))
+        assert _done(done_r)[2].outcome == "succeeded"
+        assert supervise.recorded(spare)
+        wait_until(lambda: len(os.listdir(f"/proc/{spare.pid}/fd")) == open_fds, 10, "the logs to be closed")
+        supervise.discard(spare)  # sent away while idle: it exits, writing nothing
+        wait_until(lambda: not proctree.is_alive(spare.pid, spare.pid_start), 10, "the supervisor to exit")
+        assert not list(tmp_path.glob("7.*.exit"))
+    finally:
+        spawner.close()
+        os.close(done_r)
+        os.close(done_w)
+
+
+@pytest.mark.parametrize("when", ["idle", "running"])
+def test_a_signalled_supervisor_reports_its_stop_and_leaves_only_when_sent_away(tmp_path: Path, when: str) -> None:
+    """A stop signal is for the job the supervisor runs. One that comes while it waits for its
+    next job stops that job before it runs: a job handed over is always reported, never dropped
+    with the supervisor. (The daemon keeps no supervisor that was stopped.)"""
+    done_r, done_w = os.pipe2(os.O_CLOEXEC)
+    spawner = Spawner(done_w)
+    ran = tmp_path / "ran"
+    try:
+        spawner.ask()
+        spare = spawner.receive()
+        if when == "idle":
+            supervise.hand_over(spare, _launch(tmp_path, ("true",)))
+            assert _done(done_r)[2].outcome == "succeeded"
+            assert supervise.recorded(spare)
+            os.kill(spare.pid, signal.SIGTERM)
+            supervise.hand_over(spare, _launch(tmp_path, ("sh", "-c", f"touch {ran}"), 2))
+            number, attempt, outcome = _done(done_r)
+            assert (number, attempt, outcome.outcome, outcome.ran) == (7, 2, "cancelled", False)
+            assert not ran.exists()
+        else:
+            supervise.hand_over(spare, _launch(tmp_path, ("sleep", "30")))
+            wait_until(lambda: bool(proctree.descendants(spare.pid)), 10, "the job to start")
+            os.kill(spare.pid, signal.SIGTERM)
+            assert _done(done_r)[2].outcome == "cancelled"
+        assert supervise.recorded(spare)
+        time.sleep(0.2)
+        assert proctree.is_alive(spare.pid, spare.pid_start)  # it waits for the daemon's word
+        supervise.discard(spare)
+        wait_until(lambda: not proctree.is_alive(spare.pid, spare.pid_start), 10, "the supervisor to exit")
+        assert not list(tmp_path.glob("7.*.exit"))
+    finally:
+        spawner.close()
+        os.close(done_r)
+        os.close(done_w)
