@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 import time
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 
@@ -28,47 +28,9 @@ def daemon(ctx: typer.Context) -> None:
     """
     if ctx.invoked_subcommand is not None:
         return
-    from gpubox.config import load_config
-    from gpubox.paths import resolve_paths
-    from gpubox.queue.daemon import AlreadyRunning, Daemon
-    from gpubox.queue.schedule import QueueConfig
-    from gpubox.queue.store import StoreError
+    from gpubox.cli.daemon_run import serve
 
-    paths = resolve_paths()
-    values = load_config(paths=paths).values
-    config = QueueConfig.from_values(values)
-    try:
-        code = Daemon(paths, config, recording=_recording(paths, values)).run()
-    except AlreadyRunning as exc:
-        raise GpuboxError(str(exc), ExitCode.FAILED) from None
-    except (StoreError, PermissionError) as exc:
-        raise GpuboxError(str(exc), ExitCode.FAILED) from None
-    raise typer.Exit(code)
-
-
-def _recording(paths: Any, values: Any) -> Any:
-    """The ledger's sampler for this daemon: GPU use every ledger.interval seconds."""
-    from gpubox.ledger.sampler import LedgerSampler
-    from gpubox.ledger.store import ledger_path
-    from gpubox.queue.ledger_feed import queue_user, running_allocations
-    from gpubox.telemetry.sources import open_backend
-
-    user = queue_user()
-
-    def start(daemon: Any) -> LedgerSampler:
-        return LedgerSampler(
-            ledger_path(paths),
-            interval_s=values["ledger.interval"],
-            retention_days=values["ledger.retention_days"],
-            minute_retention_days=min(values["ledger.minute_retention_days"], values["ledger.retention_days"]),
-            # The probe gives queued jobs' loader wait; py-spy stack sampling is too dear for a daemon.
-            open_backend=lambda: open_backend(False, loader_window=values["top.loader_window"], loader_sampling=False),
-            allocations=lambda: running_allocations(daemon.running, user),
-            waiting=lambda: daemon.waiting,
-            log=daemon.log,
-        )
-
-    return start
+    raise typer.Exit(serve())
 
 
 @app.command("status")

@@ -2,7 +2,8 @@
 
 `gpubox --version` answers before Typer is imported: scripts call it to probe for gpubox, and
 it should cost little more than starting Python. So does a plain `gpubox queue add`, which
-scripts and cron call in loops (gpubox/cli/queue_add_fast.py).
+scripts and cron call in loops (gpubox/cli/queue_add_fast.py), and a plain `gpubox daemon`,
+which the first client starts when none runs (gpubox/cli/daemon_run.py).
 """
 
 from __future__ import annotations
@@ -17,6 +18,10 @@ def main(argv: list[str] | None = None) -> int:
     if args in (["--version"], ["-V"]):
         sys.stdout.write(f"gpubox {__version__}\n")
         return 0
+    if args == ["daemon"]:
+        from gpubox.cli.daemon_run import run_plain
+
+        return run_plain()
     if args[:2] == ["queue", "add"]:
         from gpubox.cli.queue_add_fast import run_fast
 

@@ -119,6 +119,10 @@ def cancel_jobs(store: JobStore, ids: Sequence[int]) -> list[StopResult]:
 # Waiting
 
 
+FAST_POLL_S = 0.01
+SLOW_POLL_S = 0.1
+
+
 def wait_jobs(
     store: JobStore,
     ids: Sequence[int],
@@ -131,21 +135,28 @@ def wait_jobs(
     for job_id in ids:
         store.require(job_id)
     deadline = None if timeout_s is None else clock() + timeout_s
-    delay = 0.02
+    delay = FAST_POLL_S
+    version: int | None = None
     while True:
-        found = [store.get(i) for i in ids]
-        gone = [i for i, j in zip(ids, found, strict=True) if j is None]
-        if gone:
-            raise GpuboxError(f"job {gone[0]} was removed (queue clean) before it ended", ExitCode.FAILED)
-        jobs = [j for j in found if j is not None]
-        if all(j.state in END_STATES for j in jobs):
-            return jobs
+        # The jobs are read again only when something committed since (a cheap question): while
+        # the queue is busy, every 10 ms, so a stream of short jobs is seen to end at once; while
+        # it is quiet, the question is asked less and less often, up to every 0.1 s.
+        now = store.data_version()
+        if now != version:
+            version, delay = now, FAST_POLL_S
+            found = [store.get(i) for i in ids]
+            gone = [i for i, j in zip(ids, found, strict=True) if j is None]
+            if gone:
+                raise GpuboxError(f"job {gone[0]} was removed (queue clean) before it ended", ExitCode.FAILED)
+            jobs = [j for j in found if j is not None]
+            if all(j.state in END_STATES for j in jobs):
+                return jobs
         if deadline is not None and clock() >= deadline:
             return None
         on_poll()
         pause = delay if deadline is None else max(0.0, min(delay, deadline - clock()))
         sleep(pause)
-        delay = min(delay * 1.5, 0.1)  # a few cheap reads a second; ends are seen within 0.1 s
+        delay = min(delay * 1.5, SLOW_POLL_S)
 
 
 def exit_code_for(jobs: Sequence[Job]) -> int:

@@ -188,7 +188,13 @@ class Daemon:
         listener: socket.socket | None = None
         old_handlers: dict[signal.Signals, Any] = {}
         sampler: Any = None
+        sel = selectors.DefaultSelector()
+        self.pool = SparePool(self._done_w, sel, SPARES)
         try:
+            if store.any_queued():
+                # The spawner (a Python of its own) starts while this one gets ready: the first
+                # job of a cold queue waits for both.
+                self._keep_spare(True)
             lost = store.lost_after_reboot(self.boot)
             if lost:
                 self.log(f"marked lost after a restart of the machine: jobs {', '.join(map(str, lost))}")
@@ -201,7 +207,7 @@ class Daemon:
             if self.recording is not None:
                 sampler = self._sampler = self.recording(self)
                 sampler.start()
-            self._loop(store, listener, wake_r, done_r)
+            self._loop(store, sel, listener, wake_r, done_r)
         finally:
             if sampler is not None:
                 sampler.stop()  # writes the GPU use not written yet
@@ -209,8 +215,8 @@ class Daemon:
             for spare in self._supervising.values():
                 supervise.discard(spare)  # each leaves its job's exit record for the next daemon
             self._supervising.clear()
-            if self.pool is not None:
-                self.pool.close()
+            self.pool.close()
+            sel.close()
             signal.set_wakeup_fd(-1)
             for sig, handler in old_handlers.items():
                 signal.signal(sig, handler)
@@ -232,12 +238,12 @@ class Daemon:
 
     # The loop
 
-    def _loop(self, store: JobStore, listener: socket.socket, wake_r: int, done_r: int) -> None:
-        sel = selectors.DefaultSelector()
+    def _loop(
+        self, store: JobStore, sel: selectors.BaseSelector, listener: socket.socket, wake_r: int, done_r: int
+    ) -> None:
         sel.register(listener, selectors.EVENT_READ, "listen")
         sel.register(wake_r, selectors.EVENT_READ, "signal")
         sel.register(done_r, selectors.EVENT_READ, "done")
-        self.pool = SparePool(self._done_w, sel, SPARES)
         version = store.data_version()
         pending = b""
         failures = 0
@@ -278,7 +284,6 @@ class Daemon:
                 self.log(f"{type(exc).__name__}: {exc}; trying again")
                 self._dirty = True
                 time.sleep(min(0.1 * 2**failures, self.config.poll_interval_s))
-        sel.close()
 
     def _timeout(self) -> float:
         if self._dirty:
@@ -422,8 +427,7 @@ class Daemon:
         """Whether anyone asked to stop the job, read in the transaction that ends it: a cancel or
         preemption commits its request before it signals the supervisor, so a signal still on
         its way has its request read here (or comes after the end, to a job that ended)."""
-        current = store.get(job_id)
-        return current is not None and current.request is not None
+        return store.stop_request(job_id) is not None
 
     def _release(self, spare: supervise.Spare, reuse: bool) -> None:
         """Tell a supervisor its job's end is recorded; keep it for another job when `reuse`."""

@@ -442,6 +442,15 @@ class JobStore:
 
     # What people and the daemon ask of jobs
 
+    def any_queued(self) -> bool:
+        return bool(self._read("SELECT 1 FROM jobs WHERE state = 'queued' LIMIT 1"))
+
+    def stop_request(self, job_id: int) -> str | None:
+        """The stop asked for a job ("cancel", "preempt"), or None; one column, for the daemon's
+        record of each end."""
+        rows = self._read("SELECT request FROM jobs WHERE id = ?", (job_id,))
+        return rows[0]["request"] if rows else None
+
     def request_stop(self, job_id: int, intent: str) -> Job:
         """Cancel a queued job now; mark a running one for the caller to signal (cancel wins)."""
         if intent not in ("cancel", "preempt"):

@@ -1,0 +1,69 @@
+"""`gpubox daemon` itself: the daemon in the foreground.
+
+A plain `gpubox daemon` (what clients start when no daemon runs, and what the systemd units
+run) comes here before Typer is imported (gpubox/cli/main.py): the first job of a cold queue
+waits for the daemon to start, and Typer's import was a fifth of that.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+from gpubox.exit_codes import ExitCode, GpuboxError
+
+
+def serve() -> int:
+    """Run the queue daemon until it is stopped; its exit code. GpuboxError when it cannot."""
+    from gpubox.config import load_config
+    from gpubox.paths import resolve_paths
+    from gpubox.queue.daemon import AlreadyRunning, Daemon
+    from gpubox.queue.schedule import QueueConfig
+    from gpubox.queue.store import StoreError
+
+    paths = resolve_paths()
+    values = load_config(paths=paths).values
+    config = QueueConfig.from_values(values)
+    try:
+        return Daemon(paths, config, recording=_recording(paths, values)).run()
+    except AlreadyRunning as exc:
+        raise GpuboxError(str(exc), ExitCode.FAILED) from None
+    except (StoreError, PermissionError) as exc:
+        raise GpuboxError(str(exc), ExitCode.FAILED) from None
+
+
+def run_plain() -> int:
+    """`gpubox daemon` with no options, without Typer: errors as the full CLI says them."""
+    try:
+        return serve()
+    except GpuboxError as exc:
+        sys.stderr.write(f"gpubox: {exc.message}\n")
+        return int(exc.code)
+    except KeyboardInterrupt:
+        sys.stderr.write("gpubox: interrupted\n")
+        return int(ExitCode.INTERRUPTED)
+
+
+def _recording(paths: Any, values: Any) -> Any:
+    """The ledger's sampler for this daemon: GPU use every ledger.interval seconds."""
+    from gpubox.ledger.sampler import LedgerSampler
+    from gpubox.ledger.store import ledger_path
+    from gpubox.queue.ledger_feed import queue_user, running_allocations
+    from gpubox.telemetry.sources import open_backend
+
+    user = queue_user()
+
+    def start(daemon: Any) -> LedgerSampler:
+        return LedgerSampler(
+            ledger_path(paths),
+            interval_s=values["ledger.interval"],
+            retention_days=values["ledger.retention_days"],
+            minute_retention_days=min(values["ledger.minute_retention_days"], values["ledger.retention_days"]),
+            # The probe gives queued jobs' loader wait; py-spy stack sampling is too dear for a daemon.
+            open_backend=lambda: open_backend(False, loader_window=values["top.loader_window"], loader_sampling=False),
+            allocations=lambda: running_allocations(daemon.running, user),
+            waiting=lambda: daemon.waiting,
+            log=daemon.log,
+        )
+
+    return start

@@ -1,0 +1,37 @@
+"""A plain `gpubox daemon` (what a client starts when none runs) skips Typer, and says what the
+full command line would."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+from tests.queue.conftest import QueueBox
+
+
+def test_a_plain_daemon_does_without_typer_and_a_second_one_says_why_it_stops(queue: QueueBox) -> None:
+    queue.start_daemon()
+    pid = queue.daemon_pid()
+    result = subprocess.run(
+        [sys.executable, "-X", "importtime", "-m", "gpubox", "daemon"],
+        env={**os.environ, **queue.env},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    imported = {line.split("|")[-1].strip() for line in result.stderr.splitlines() if line.startswith("import time:")}
+    assert "typer" not in imported and "click" not in imported
+    said = [line for line in result.stderr.splitlines() if not line.startswith("import time:")]
+    assert said == [f"gpubox: a gpubox daemon (pid {pid}) already runs for {queue.state_dir}"]
+    assert result.returncode == 1
+    # Through Typer, the same line and code.
+    code = "import sys; from gpubox.cli.app import run; sys.exit(run(sys.argv[1:]))"
+    full = subprocess.run(
+        [sys.executable, "-c", code, "daemon"],
+        env={**os.environ, **queue.env},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert (full.returncode, full.stderr.splitlines()) == (1, said)
