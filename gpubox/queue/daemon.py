@@ -120,7 +120,8 @@ class Daemon:
         self.socket_path = socket_path(paths)
         self.logs_dir = logs_dir(paths)
         self.pool: SparePool | None = None  # supervisors forked ahead, made when the loop starts
-        self._supervising: dict[int, supervise.Spare] = {}  # job id: the supervisor running it
+        # (job id, attempt): the supervisor running it, which waits for "recorded" at its end
+        self._supervising: dict[tuple[int, int], supervise.Spare] = {}
         self._done_w = -1
         self.reasons: dict[int, str] = {}
         self.last_gpus: list[GpuInfo] = []
@@ -259,7 +260,13 @@ class Daemon:
                         pending += _drain(done_r)
                         *lines, pending = pending.split(b"\n")
                         for line in lines:
-                            self._record_done(store, line)
+                            try:
+                                self._record_done(store, line)
+                            except Exception as exc:
+                                # Its supervisor leaves an exit record for a later pass; the others
+                                # read with it are still recorded (each waits for its "recorded").
+                                self.log(f"{type(exc).__name__}: {exc}; its job is recorded from its exit record")
+                                self._dirty = True
                     else:
                         _drain(wake_r)
                 if self._stop:
@@ -377,8 +384,18 @@ class Daemon:
             elif proctree.is_alive(job.pid, job.pid_start):
                 continue
             else:
-                supervise.discard(self._supervising.pop(job.id, supervise.GONE))
-                outcome = self._exit_record(job) or self._orphaned(job)
+                supervise.discard(self._supervising.pop((job.id, job.attempt), supervise.GONE))
+                found = self._exit_record(job)
+                if found is not None and not found.ran and job.request is None:
+                    # Stopped before the job ran, by nobody's request (as _record_outcome sees it
+                    # when told): it runs later. The record goes: that attempt number is used again.
+                    if store.abandon_start(job.id, job.attempt):
+                        self.log(f"job {job.id}: its supervisor was stopped before the job ran; queued again")
+                        changed = True
+                    with suppress(OSError):
+                        os.unlink(log_paths(attempt_prefix(self.logs_dir, job.id, job.attempt))[2])
+                    continue
+                outcome = found or self._orphaned(job)
             changed = self._finish(store, job, outcome) or changed
         return changed
 
@@ -389,7 +406,7 @@ class Daemon:
         if done is None:
             return
         job_id, attempt, outcome = done
-        spare = self._supervising.pop(job_id, supervise.GONE)
+        spare = self._supervising.pop((job_id, attempt), supervise.GONE)
         try:
             self._record_outcome(store, job_id, attempt, outcome, spare)
         except BaseException:
@@ -513,7 +530,7 @@ class Daemon:
             store.abandon_start(job.id, job.attempt + 1)  # it never ran: as if not started
             self._dirty = True
             return False
-        self._supervising[job.id] = spare
+        self._supervising[job.id, job.attempt + 1] = spare
         self.reasons.pop(job.id, None)
         return True
 
@@ -753,7 +770,7 @@ class Daemon:
             except OSError:
                 store.abandon_start(job.id, attempt)  # it never ran: as if not started
                 continue
-            self._supervising[job.id] = spare
+            self._supervising[job.id, attempt] = spare
             self.reasons.pop(job.id, None)
             return
 

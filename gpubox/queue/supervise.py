@@ -127,6 +127,7 @@ def fork_spare(done_w: int) -> Spare:
 
 GO = b"G"  # after the launch: run it (its start is recorded now)
 RECORDED = b"A"  # after the done message: the end is recorded; wait for the next launch
+RECORDED_WAIT_S = 30.0  # how long a supervisor waits for "recorded" before it leaves its exit record
 
 
 def hand_over(spare: Spare, launch: Launch) -> None:
@@ -229,9 +230,13 @@ class _Orders:
             lock_path=None if d.get("lock_path") is None else Path(d["lock_path"]),
         )
 
-    def expect(self, byte: bytes) -> bool:
-        """True when the next order is `byte`; False at EOF (or anything else)."""
+    def expect(self, byte: bytes, timeout_s: float | None = None) -> bool:
+        """True when the next order is `byte`; False at EOF, on anything else, or when none
+        comes within `timeout_s`."""
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
         while not self.buf:
+            if deadline is not None and not select.select([self.fd], [], [], max(0.0, deadline - time.monotonic()))[0]:
+                return False  # (select retries a call a signal cut short, with the time left)
             if not self._fill():
                 return False
         first, self.buf = self.buf[:1], self.buf[1:]
@@ -272,9 +277,12 @@ def _spare_main(launch_r: int, done_w: int) -> int:
         if result.ended_at is None:
             result = dataclasses.replace(result, ended_at=time.time())
         told = False
-        with suppress(OSError):  # EPIPE when the daemon that asked for us is gone
-            told = os.write(done_w, done_message(launch.job_id, launch.attempt, result)) > 0
-        if not (told and orders.expect(RECORDED)):
+        message = done_message(launch.job_id, launch.attempt, result)
+        with suppress(OSError):  # EPIPE when the daemon that asked for us is gone; EAGAIN when full
+            told = os.write(done_w, message) == len(message)
+        # A daemon that does not answer in time (it failed to record, or hangs) gets the exit
+        # record instead: the job's end is never left unrecorded behind a silent supervisor.
+        if not (told and orders.expect(RECORDED, RECORDED_WAIT_S)):
             # Then the record a daemon that missed the message (killed, restarted) reads instead,
             # and a daemon woken to read it (once this process is gone: it then looks).
             write_exit(log_paths(launch.log_prefix)[2], launch.attempt, result)
@@ -306,8 +314,15 @@ def _outcome(d: dict[str, object]) -> Outcome:
 
 
 def done_message(job_id: int, attempt: int, result: Outcome) -> bytes:
-    """One line, at most PIPE_BUF bytes so that it is written whole: "<job> <attempt> <json>"."""
-    return f"{job_id} {attempt} {json.dumps(_record(result))}\n".encode()
+    """One line, at most PIPE_BUF bytes so that it is written whole: "<job> <attempt> <json>".
+    A long reason is cut further (JSON escapes make text that is not ASCII up to 6 times longer)."""
+    record = _record(result)
+    while True:
+        line = f"{job_id} {attempt} {json.dumps(record)}\n".encode()
+        reason = record["reason"]
+        if len(line) <= select.PIPE_BUF or not isinstance(reason, str) or not reason:
+            return line
+        record = {**record, "reason": reason[: len(reason) // 2]}
 
 
 def parse_done(line: bytes) -> tuple[int, int, Outcome] | None:

@@ -222,3 +222,25 @@ def test_a_signalled_supervisor_reports_its_stop_and_leaves_only_when_sent_away(
         spawner.close()
         os.close(done_r)
         os.close(done_w)
+
+
+def test_a_supervisor_waits_for_recorded_only_so_long() -> None:
+    r, w = os.pipe2(os.O_CLOEXEC)
+    try:
+        orders = supervise._Orders(r)
+        assert not orders.expect(supervise.RECORDED, 0.05)  # nothing came: it leaves its exit record
+        os.write(w, supervise.RECORDED)
+        assert orders.expect(supervise.RECORDED, 0.05)
+        os.close(w)
+        assert not orders.expect(supervise.RECORDED, 5)  # EOF: at once
+    finally:
+        os.close(r)
+
+
+def test_a_done_message_is_written_whole_whatever_its_reason() -> None:
+    reason = "é" * 1000 + ": command not found"  # JSON makes each é six bytes
+    line = supervise.done_message(7, 2, supervise.Outcome(127, "failed", reason, 1.5))
+    assert len(line) <= select.PIPE_BUF and line.endswith(b"\n") and line.count(b"\n") == 1
+    parsed = supervise.parse_done(line.rstrip(b"\n"))
+    assert parsed is not None and parsed[:2] == (7, 2)
+    assert parsed[2].exit_code == 127 and parsed[2].reason and reason.startswith(parsed[2].reason)
