@@ -192,9 +192,10 @@ class Daemon:
         sel = selectors.DefaultSelector()
         self.pool = SparePool(self._done_w, sel, SPARES)
         try:
+            # The spawner (a Python of its own) starts while this one gets ready: the first job
+            # of a cold queue waits for both. A daemon is mostly started for jobs just added.
+            self.pool.warm()
             if store.any_queued():
-                # The spawner (a Python of its own) starts while this one gets ready: the first
-                # job of a cold queue waits for both.
                 self._keep_spare(True)
             lost = store.lost_after_reboot(self.boot)
             if lost:

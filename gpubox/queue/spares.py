@@ -36,6 +36,12 @@ class SparePool:
             self.selector.register(current, selectors.EVENT_READ, "spawner")
         self._watched = current
 
+    def warm(self) -> None:
+        """Start the spawner now, without asking for a spare: a Python takes a while to start."""
+        if self.spawner.proc is None:
+            self.spawner.start()
+            self._watch()
+
     def _ask(self) -> None:
         try:
             self.spawner.ask()  # starts the spawner, or a new one when it died
