@@ -664,3 +664,6 @@ def test_supervisors_run_later_jobs_but_never_after_their_job_was_stopped(queue:
         assert row["pid"] not in {queue.job(later_id)["pid"] for later_id in later}
         pid, ticks = row["pid"], row["pid_start"]
         wait_until(lambda: not proctree.is_alive(pid, ticks), HANG, "its supervisor to exit")  # noqa: B023
+    # Nothing waits now: no supervisor is kept idle.
+    kept = {(r["pid"], r["pid_start"]) for r in (queue.job(i) for i in (*batch, *later))}
+    wait_until(lambda: not any(proctree.is_alive(*k) for k in kept), HANG, "the idle supervisors to exit")
