@@ -7,9 +7,9 @@ waits for the daemon to start, and Typer's import was a fifth of that.
 
 from __future__ import annotations
 
-import sys
 from typing import Any
 
+from gpubox.cli.plain import run_plain
 from gpubox.exit_codes import ExitCode, GpuboxError
 
 
@@ -32,16 +32,9 @@ def serve() -> int:
         raise GpuboxError(str(exc), ExitCode.FAILED) from None
 
 
-def run_plain() -> int:
-    """`gpubox daemon` with no options, without Typer: errors as the full CLI says them."""
-    try:
-        return serve()
-    except GpuboxError as exc:
-        sys.stderr.write(f"gpubox: {exc.message}\n")
-        return int(exc.code)
-    except KeyboardInterrupt:
-        sys.stderr.write("gpubox: interrupted\n")
-        return int(ExitCode.INTERRUPTED)
+def run_daemon_plain() -> int:
+    """`gpubox daemon` with no options, without Typer."""
+    return run_plain(serve)
 
 
 def _recording(paths: Any, values: Any) -> Any:

@@ -19,9 +19,9 @@ def main(argv: list[str] | None = None) -> int:
         sys.stdout.write(f"gpubox {__version__}\n")
         return 0
     if args == ["daemon"]:
-        from gpubox.cli.daemon_run import run_plain
+        from gpubox.cli.daemon_run import run_daemon_plain
 
-        return run_plain()
+        return run_daemon_plain()
     if args[:2] == ["queue", "add"]:
         from gpubox.cli.queue_add_fast import run_fast
 

@@ -9,11 +9,11 @@ against the Typer command by a test, so the two cannot drift apart.
 from __future__ import annotations
 
 import re
-import sys
 from pathlib import Path
 from typing import Any
 
-from gpubox.exit_codes import ExitCode, GpuboxError
+from gpubox.cli.plain import run_plain
+from gpubox.exit_codes import ExitCode
 
 TEXT = {"--name": "name", "--kind": "kind", "--gpu": "gpu", "--gpu-mem": "gpu_mem", "--after": "after"}
 TEXT |= {"--time-limit": "time_limit", "--cwd": "cwd", "--file": "file"}
@@ -86,14 +86,9 @@ def run_fast(args: list[str]) -> int | None:
         share=bool(v.get("share")),
     )
     file = Path(v["file"]) if "file" in v else None
-    try:
+
+    def add() -> int:
         add_jobs(command or None, opts, file, bool(v.get("as_json")))
-    except GpuboxError as exc:
-        sys.stderr.write(f"gpubox: {exc.message}\n")
-        return int(exc.code)
-    except KeyboardInterrupt:
-        sys.stderr.write("gpubox: interrupted\n")
-        return int(ExitCode.INTERRUPTED)
-    except BrokenPipeError:
         return int(ExitCode.OK)
-    return int(ExitCode.OK)
+
+    return run_plain(add)

@@ -7,6 +7,8 @@ import os
 import select
 import signal
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -137,6 +139,19 @@ def test_a_job_gets_only_stdin_stdout_stderr_and_no_ignored_signals(queue: Queue
         assert not mask & (1 << (sig - 1)), f"{sig.name} is ignored in the job"
 
 
+@contextmanager
+def _spawner() -> Iterator[tuple[Spawner, int]]:
+    """A spawner as the daemon has one, and the read end of the done pipe its supervisors write."""
+    done_r, done_w = os.pipe2(os.O_CLOEXEC)
+    spawner = Spawner(done_w)
+    try:
+        yield spawner, done_r
+    finally:
+        spawner.close()
+        os.close(done_r)
+        os.close(done_w)
+
+
 def _done(done_r: int) -> tuple[int, int, supervise.Outcome]:
     ready, _, _ = select.select([done_r], [], [], 10)
     assert ready, "no done message"
@@ -146,13 +161,11 @@ def _done(done_r: int) -> tuple[int, int, supervise.Outcome]:
 
 
 def test_a_supervisor_told_its_end_is_recorded_runs_the_next_job_as_a_new_process_would(tmp_path: Path) -> None:
-    done_r, done_w = os.pipe2(os.O_CLOEXEC)
-    spawner = Spawner(done_w)
     first_dir, second_dir = tmp_path / "a", tmp_path / "b"
     first_dir.mkdir()
     second_dir.mkdir()
     report = 'echo "$PPID $(pwd) ${ONLY_FIRST:-unset}" > "$OUT"'
-    try:
+    with _spawner() as (spawner, done_r):
         spawner.ask()
         spare = spawner.receive()
         env = {**os.environ, "ONLY_FIRST": "yes", "OUT": str(tmp_path / "one")}
@@ -181,10 +194,6 @@ def test_a_supervisor_told_its_end_is_recorded_runs_the_next_job_as_a_new_proces
         supervise.discard(spare)  # sent away while idle: it exits, writing nothing
         wait_until(lambda: not proctree.is_alive(spare.pid, spare.pid_start), 10, "the supervisor to exit")
         assert not list(tmp_path.glob("7.*.exit"))
-    finally:
-        spawner.close()
-        os.close(done_r)
-        os.close(done_w)
 
 
 @pytest.mark.parametrize("when", ["idle", "running"])
@@ -192,10 +201,8 @@ def test_a_signalled_supervisor_reports_its_stop_and_leaves_only_when_sent_away(
     """A stop signal is for the job the supervisor runs. One that comes while it waits for its
     next job stops that job before it runs: a job handed over is always reported, never dropped
     with the supervisor. (The daemon keeps no supervisor that was stopped.)"""
-    done_r, done_w = os.pipe2(os.O_CLOEXEC)
-    spawner = Spawner(done_w)
     ran = tmp_path / "ran"
-    try:
+    with _spawner() as (spawner, done_r):
         spawner.ask()
         spare = spawner.receive()
         if when == "idle":
@@ -218,10 +225,6 @@ def test_a_signalled_supervisor_reports_its_stop_and_leaves_only_when_sent_away(
         supervise.discard(spare)
         wait_until(lambda: not proctree.is_alive(spare.pid, spare.pid_start), 10, "the supervisor to exit")
         assert not list(tmp_path.glob("7.*.exit"))
-    finally:
-        spawner.close()
-        os.close(done_r)
-        os.close(done_w)
 
 
 def test_a_supervisor_waits_for_recorded_only_so_long() -> None:
