@@ -720,6 +720,7 @@ class Daemon:
             daemon_pid=os.getpid(),
             socket_path=self.socket_path,
             lock_path=self.paths.state_dir / LOCK_NAME,
+            db_path=self.db_path,
         )
 
     def _start(self, store: JobStore, job: Job, gpu_uuids: tuple[str, ...]) -> None:
@@ -753,6 +754,12 @@ class Daemon:
             except OSError as exc:
                 self.log(f"job {job.id}: could not start a supervisor ({exc}); trying again later")
                 return
+            # The launch first, then the recorded start, then "go": a spare that gets EOF instead
+            # of "go" (this daemon killed between the two) knows what to look up.
+            try:
+                supervise.prepare(spare, launch)
+            except OSError:
+                continue  # that spare died
             started = store.mark_started(
                 job.id,
                 spare.pid,
@@ -763,17 +770,11 @@ class Daemon:
                 expect=job.spec,
             )
             if not started:
-                self.pool.put_back(spare)  # the job changed under us (cancelled, edited): keep it
+                supervise.discard(spare)  # the job changed under us (cancelled, edited); it runs nothing
                 self._dirty = True
                 return
-            try:
-                supervise.hand_over(spare, launch)
-            except OSError:
-                store.abandon_start(job.id, attempt)  # it never ran: as if not started
-                continue
-            self._supervising[job.id, attempt] = spare
-            self.reasons.pop(job.id, None)
-            return
+            if self._go(store, job, spare):
+                return
 
     def _preempt(self, store: JobStore, job_id: int, for_job: int) -> None:
         job = store.request_stop(job_id, "preempt")

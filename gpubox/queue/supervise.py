@@ -3,8 +3,9 @@
 The daemon forks supervisors ahead of time (spares). A spare leaves the daemon's session and
 waits for its launch: one line, which it may get while the previous job still runs, to open
 the logs and build the environment ahead. It runs the job only on the "go" that follows, which
-the daemon sends only after recording the start (so a job never runs unrecorded or twice), and
-exits without running anything at EOF instead. It runs the job in its own process group with
+the daemon sends only after recording the start (so a job never runs unrecorded or twice). At
+EOF instead it runs nothing, unless the database says its start was recorded (the daemon died
+between the two): then it runs the job, as "go" would have. It runs the job in its own process group with
 its logs, GPUs and environment. It enforces the time limit and stops the whole tree when asked:
 SIGTERM cancels, SIGUSR1 preempts. It never opens the database (SQLite connections do not
 survive a fork): it tells the daemon how the job ended over the done pipe and waits for the
@@ -55,6 +56,7 @@ class Launch:
     daemon_pid: int
     socket_path: Path
     lock_path: Path | None = None  # the daemon's lock: whoever holds it is never the job's to stop
+    db_path: Path | None = None  # the queue's database, read only when "go" never came
 
 
 @dataclass(frozen=True)
@@ -152,6 +154,7 @@ def prepare(spare: Spare, launch: Launch) -> None:
             "daemon_pid": launch.daemon_pid,
             "socket_path": str(launch.socket_path),
             "lock_path": None if launch.lock_path is None else str(launch.lock_path),
+            "db_path": None if launch.db_path is None else str(launch.db_path),
         }
     ).encode()
     _send(spare, data + b"\n")  # JSON escapes newlines: the launch is one line
@@ -228,6 +231,7 @@ class _Orders:
             daemon_pid=d["daemon_pid"],
             socket_path=Path(d["socket_path"]),
             lock_path=None if d.get("lock_path") is None else Path(d["lock_path"]),
+            db_path=None if d.get("db_path") is None else Path(d["db_path"]),
         )
 
     def expect(self, byte: bytes, timeout_s: float | None = None) -> bool:
@@ -269,8 +273,11 @@ def _spare_main(launch_r: int, done_w: int) -> int:
         proctree.set_name(f"gpubox-job{launch.job_id}")
         ready = _Ready(launch)
         try:
-            if not orders.expect(GO):
-                return 0  # no start was recorded (or the daemon died first): run nothing
+            # EOF instead of "go": sent away, or the daemon died, before or after it recorded the
+            # start. Recorded, the job is this process's to run, as if "go" had come: it runs
+            # once, and a later daemon records its end.
+            if not orders.expect(GO) and not start_recorded(launch):
+                return 0  # no start was recorded: run nothing
             result = _run(launch, ready, wake_r, wake_w)
         finally:
             ready.close()
@@ -294,6 +301,24 @@ def _spare_main(launch_r: int, done_w: int) -> int:
         # stopped. Exiting instead could leave a job just handed over recorded as running.
         os.chdir("/")
         proctree.set_name("gpubox-idle")
+
+
+def start_recorded(launch: Launch) -> bool:
+    """Whether the database says this process runs the launch's attempt (read only, and only
+    when "go" did not come: sqlite3 is imported here, not in every supervisor)."""
+    if launch.db_path is None:
+        return False
+    import sqlite3
+
+    try:
+        db = sqlite3.connect(f"{launch.db_path.resolve().as_uri()}?mode=ro", uri=True, timeout=10.0)
+        try:
+            row = db.execute("SELECT state, attempt, pid FROM jobs WHERE id = ?", (launch.job_id,)).fetchone()
+        finally:
+            db.close()
+    except sqlite3.Error:
+        return False
+    return row is not None and tuple(row) == ("running", launch.attempt, os.getpid())
 
 
 def _record(result: Outcome) -> dict[str, object]:
