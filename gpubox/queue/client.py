@@ -36,6 +36,15 @@ def start_daemon(paths: Paths, env: Mapping[str, str] | None = None) -> int:
 
     ensure_private_dir(paths.state_dir)
     log = os.open(paths.state_dir / DAEMON_LOG, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600)
+    daemon_env = dict(os.environ if env is None else env)
+    # It works from /: a setting relative to this client's directory goes to it resolved.
+    for name, path in (
+        ("GPUBOX_STATE_DIR", paths.state_dir),
+        ("GPUBOX_RUNTIME_DIR", paths.runtime_dir),
+        ("GPUBOX_SYSTEM_CONFIG", paths.system_config_file),
+    ):
+        if daemon_env.get(name):
+            daemon_env[name] = str(path)
     try:
         proc = subprocess.Popen(
             [sys.executable, "-m", "gpubox", "daemon"],
@@ -43,7 +52,7 @@ def start_daemon(paths: Paths, env: Mapping[str, str] | None = None) -> int:
             stdout=log,
             stderr=log,
             start_new_session=True,
-            env=dict(os.environ if env is None else env),
+            env=daemon_env,
             cwd="/",
         )
     finally:

@@ -194,7 +194,10 @@ class Daemon:
         try:
             # The spawner (a Python of its own) starts while this one gets ready: the first job
             # of a cold queue waits for both. A daemon is mostly started for jobs just added.
-            self.pool.warm()
+            try:
+                self.pool.warm()
+            except OSError as exc:  # a process limit, say: a start asks again
+                self.log(f"could not start the supervisor spawner: {exc}; trying again when a job starts")
             if store.any_queued():
                 self._keep_spare(True)
             lost = store.lost_after_reboot(self.boot)

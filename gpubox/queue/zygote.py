@@ -68,16 +68,18 @@ def main(argv: list[str]) -> int:
     return _serve(control, done_w)
 
 
-# The spawner needs only the standard library and gpubox: a Python without `site` (-S, and -I
-# for nothing from the environment) starts in a third of the time, and the first job of a cold
-# queue waits for it. gpubox's own folder goes first on its path.
+# The spawner needs only the standard library and gpubox: a Python without `site` (-S) starts in
+# a third of the time, and the first job of a cold queue waits for it. Otherwise it starts as the
+# daemon did (the same environment, so the same UTF-8 mode for paths and commands). gpubox's
+# folder goes last on its path (a site-packages folder must not shadow the standard library),
+# and the working directory ("" for -c) not at all.
 _ROOT = str(Path(__file__).resolve().parent.parent.parent)
 _PYTHON = (
     sys.executable,
-    "-I",
     "-S",
     "-c",
-    "import sys; sys.path.insert(0, sys.argv[1]); from gpubox.queue.zygote import main; sys.exit(main(sys.argv[2:]))",
+    "import sys; sys.path[:] = [p for p in sys.path if p] + [sys.argv[1]]; "
+    "from gpubox.queue.zygote import main; sys.exit(main(sys.argv[2:]))",
 )
 
 
@@ -104,6 +106,9 @@ class Spawner:
                 stdin=subprocess.DEVNULL,
                 cwd="/",
             )
+        except BaseException:
+            ours.close()
+            raise
         finally:
             theirs.close()
         self.control = ours

@@ -94,3 +94,37 @@ def test_a_job_that_never_ran_is_queued_again_when_its_end_comes_from_the_exit_r
     # Its first start, stopped before the job ran, was taken back: one attempt, the one that ran.
     assert queue.rows(f"SELECT number, outcome FROM attempts WHERE job_id = {second}") == [(1, "succeeded")]
     assert "database is locked" in (queue.home / "daemon.log").read_text()
+
+
+SPAWNER_FAILS_ONCE = r"""
+import sys
+import gpubox.queue.zygote as zygote
+real = zygote.Spawner.start
+calls = []
+def start(self):
+    calls.append(1)
+    if len(calls) == 1:
+        raise BlockingIOError(11, "Resource temporarily unavailable")  # a process limit, say
+    return real(self)
+zygote.Spawner.start = start
+sys.argv = ["gpubox", "daemon"]
+from gpubox.cli.main import main
+raise SystemExit(main())
+"""
+
+
+def test_a_spawner_that_cannot_start_with_the_daemon_is_started_for_the_first_job(queue: QueueBox) -> None:
+    with open(queue.home / "daemon.log", "ab") as log:
+        daemon = subprocess.Popen(
+            [sys.executable, "-c", SPAWNER_FAILS_ONCE],
+            env={**os.environ, **queue.env, **queue.extra_env},
+            stdout=log,
+            stderr=log,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+    wait_until(lambda: queue.daemon_pid() == daemon.pid and queue.socket.exists(), HANG, "the daemon to listen")
+    job = queue.add("--gpus", "0", "--", "true")
+    assert queue.wait_state(job, END_STATES, timeout=HANG)["state"] == "succeeded"
+    assert daemon.poll() is None  # the daemon lives on
+    assert "could not start the supervisor spawner" in (queue.home / "daemon.log").read_text()

@@ -8,6 +8,8 @@ import os
 import sys
 from pathlib import Path
 
+import pytest
+
 from gpubox.queue import proctree
 from gpubox.queue.jobs import Job, JobSpec
 from gpubox.queue.schedule import QueueConfig, plan_pass
@@ -146,3 +148,22 @@ def test_no_preemption_of_a_batch_job_that_would_win_its_gpu_back() -> None:
     assert plan_pass([infer], [batch_high], {}, [gpu], {}, 200.0, on).preempts == []
     chosen = plan_pass([infer], [batch_low], {}, [gpu], {}, 200.0, on).preempts
     assert [(p.job_id, p.for_job_id) for p in chosen] == [(2, 3)]
+
+
+def test_relative_state_and_runtime_folders_are_the_clients_not_the_daemons(
+    queue: QueueBox, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The daemon a client starts works from /: folders given relative to the client's working
+    directory are passed to it resolved, so both use the same queue."""
+    work = tmp_path / "work"
+    work.mkdir()
+    monkeypatch.chdir(work)
+    relative = {"GPUBOX_STATE_DIR": "my-state", "GPUBOX_RUNTIME_DIR": "my-run"}
+    added = queue("queue", "add", "--gpus", "0", "--shell", "--", "echo hello", env=relative)
+    assert added.returncode == 0, added.stderr
+    job = added.stdout.strip()
+    waited = queue("queue", "wait", job, env=relative, timeout=HANG)
+    assert waited.returncode == 0, waited.stderr
+    assert queue("queue", "logs", job, env=relative).stdout == "hello\n"
+    assert (work / "my-state" / "queue.db").is_file()
+    assert queue("daemon", "stop", env=relative).returncode == 0

@@ -6,6 +6,7 @@ import json
 import os
 import select
 import signal
+import subprocess
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -13,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from gpubox.queue import proctree, supervise
+from gpubox.queue import proctree, supervise, zygote
 from gpubox.queue.jobs import JobSpec
 from gpubox.queue.zygote import Spawner
 from tests.queue.conftest import QueueBox, wait_until
@@ -247,3 +248,24 @@ def test_a_done_message_is_written_whole_whatever_its_reason() -> None:
     parsed = supervise.parse_done(line.rstrip(b"\n"))
     assert parsed is not None and parsed[:2] == (7, 2)
     assert parsed[2].exit_code == 127 and parsed[2].reason and reason.startswith(parsed[2].reason)
+
+
+def test_the_spawner_puts_gpubox_after_the_standard_library(tmp_path: Path) -> None:
+    """Installed in site-packages, gpubox's folder holds other packages too: none of them may
+    stand in for a standard module in the spawner (it starts without `site`)."""
+    (tmp_path / "enum.py").write_text("raise ImportError('a package shadowed the standard enum')\n")
+    stub = tmp_path / "gpubox" / "queue"
+    stub.mkdir(parents=True)
+    (tmp_path / "gpubox" / "__init__.py").write_text("")
+    (stub / "__init__.py").write_text("")
+    (stub / "zygote.py").write_text(
+        "import enum, sys\n"
+        "def main(argv):\n"
+        "    print(enum.__file__, sys.path.index(sys.argv[1]) == len(sys.path) - 1, '' in sys.path, argv)\n"
+        "    return 0\n"
+    )
+    result = subprocess.run([*zygote._PYTHON, str(tmp_path), "3", "4"], capture_output=True, text=True, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    where, last, cwd_on_path, argv = result.stdout.split(" ", 3)
+    assert not where.startswith(str(tmp_path)) and (last, cwd_on_path) == ("True", "False")
+    assert argv.strip() == "['3', '4']"
