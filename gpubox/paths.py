@@ -58,14 +58,23 @@ def resolve_paths(env: Mapping[str, str] | None = None, uid: int | None = None) 
     base = runtime_base(env, uid)
     # /tmp/gpubox-<uid> is already ours alone; elsewhere add the gpubox folder.
     runtime_dir = base if base.name.startswith("gpubox-") else base / "gpubox"
-    # Relative settings are taken from the working directory here, once: the daemon a client
-    # starts works from / (client.start_daemon passes them on whole).
     if env.get("GPUBOX_STATE_DIR"):
-        state_dir = Path(env["GPUBOX_STATE_DIR"]).absolute()
+        state_dir = Path(env["GPUBOX_STATE_DIR"])
     if env.get("GPUBOX_RUNTIME_DIR"):
-        runtime_dir = Path(env["GPUBOX_RUNTIME_DIR"]).absolute()
-    system = Path(env.get("GPUBOX_SYSTEM_CONFIG") or "/etc/gpubox/config.toml").absolute()
+        runtime_dir = Path(env["GPUBOX_RUNTIME_DIR"])
+    system = Path(env.get("GPUBOX_SYSTEM_CONFIG") or "/etc/gpubox/config.toml")
     return Paths(config_dir, state_dir, runtime_dir, system)
+
+
+def absolute(paths: Paths) -> Paths:
+    """The same folders, relative ones taken from this process's working directory: for a
+    daemon, whose supervisors (and the daemon a client starts) work from /."""
+    return Paths(
+        paths.config_dir.absolute(),
+        paths.state_dir.absolute(),
+        paths.runtime_dir.absolute(),
+        paths.system_config_file.absolute(),
+    )
 
 
 def ensure_private_dir(path: Path) -> Path:

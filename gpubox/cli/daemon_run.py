@@ -16,12 +16,12 @@ from gpubox.exit_codes import ExitCode, GpuboxError
 def serve() -> int:
     """Run the queue daemon until it is stopped; its exit code. GpuboxError when it cannot."""
     from gpubox.config import load_config
-    from gpubox.paths import resolve_paths
+    from gpubox.paths import absolute, resolve_paths
     from gpubox.queue.daemon import AlreadyRunning, Daemon
     from gpubox.queue.schedule import QueueConfig
     from gpubox.queue.store import StoreError
 
-    paths = resolve_paths()
+    paths = absolute(resolve_paths())  # its supervisors work from /
     values = load_config(paths=paths).values
     config = QueueConfig.from_values(values)
     try:

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from gpubox.exit_codes import ExitCode, GpuboxError
-from gpubox.paths import Paths, ensure_private_dir
+from gpubox.paths import Paths, absolute, ensure_private_dir
 from gpubox.queue import proctree
 from gpubox.queue.jobs import END_STATES, Job
 from gpubox.queue.layout import DAEMON_LOG, attempt_prefix, db_path, lock_holder, log_paths, logs_dir, socket_path
@@ -38,10 +38,11 @@ def start_daemon(paths: Paths, env: Mapping[str, str] | None = None) -> int:
     log = os.open(paths.state_dir / DAEMON_LOG, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600)
     daemon_env = dict(os.environ if env is None else env)
     # It works from /: a setting relative to this client's directory goes to it resolved.
+    whole = absolute(paths)
     for name, path in (
-        ("GPUBOX_STATE_DIR", paths.state_dir),
-        ("GPUBOX_RUNTIME_DIR", paths.runtime_dir),
-        ("GPUBOX_SYSTEM_CONFIG", paths.system_config_file),
+        ("GPUBOX_STATE_DIR", whole.state_dir),
+        ("GPUBOX_RUNTIME_DIR", whole.runtime_dir),
+        ("GPUBOX_SYSTEM_CONFIG", whole.system_config_file),
     ):
         if daemon_env.get(name):
             daemon_env[name] = str(path)

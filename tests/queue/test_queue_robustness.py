@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -166,4 +167,17 @@ def test_relative_state_and_runtime_folders_are_the_clients_not_the_daemons(
     assert waited.returncode == 0, waited.stderr
     assert queue("queue", "logs", job, env=relative).stdout == "hello\n"
     assert (work / "my-state" / "queue.db").is_file()
+    assert queue("daemon", "stop", env=relative).returncode == 0
+    # Started by hand from that directory, the daemon hands its supervisors whole paths too.
+    subprocess.Popen(
+        [sys.executable, "-m", "gpubox", "daemon"],
+        env={**os.environ, **queue.env, **queue.extra_env, **relative},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    wait_until(lambda: queue("daemon", "status", env=relative).returncode == 0, HANG, "the daemon to answer")
+    added = queue("queue", "add", "--gpus", "0", "--shell", "--", "echo again", env=relative)
+    assert queue("queue", "wait", added.stdout.strip(), env=relative, timeout=HANG).returncode == 0
+    assert queue("queue", "logs", added.stdout.strip(), env=relative).stdout == "again\n"
     assert queue("daemon", "stop", env=relative).returncode == 0
