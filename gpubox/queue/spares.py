@@ -63,9 +63,6 @@ class SparePool:
         """A spare forked already, or None (without asking for one or waiting)."""
         return self.ready.pop(0) if self.ready else None
 
-    def put_back(self, spare: supervise.Spare) -> None:
-        self.ready.insert(0, spare)
-
     def give_back(self, spare: supervise.Spare) -> None:
         """A supervisor whose job ended, for another job (`keep` sends away those not needed)."""
         self.ready.append(spare)

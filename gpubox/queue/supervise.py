@@ -5,13 +5,13 @@ waits for its launch: one line, which it may get while the previous job still ru
 the logs and build the environment ahead. It runs the job only on the "go" that follows, which
 the daemon sends only after recording the start (so a job never runs unrecorded or twice). At
 EOF instead it runs nothing, unless the database says its start was recorded (the daemon died
-between the two): then it runs the job, as "go" would have. It runs the job in its own process group with
-its logs, GPUs and environment. It enforces the time limit and stops the whole tree when asked:
-SIGTERM cancels, SIGUSR1 preempts. It never opens the database (SQLite connections do not
-survive a fork): it tells the daemon how the job ended over the done pipe and waits for the
-daemon's "recorded". Without it (the daemon was killed, or could not record it) it leaves the
-outcome in `<log prefix>.exit`, a file written once, and the next daemon records it from there.
-Killing or restarting the daemon loses nothing.
+between the two): then it runs the job, as "go" would have. It runs the job in its own process
+group with its logs, GPUs and environment. It enforces the time limit and stops the whole tree
+when asked: SIGTERM cancels, SIGUSR1 preempts. It never writes the database (and reads it only
+in that one case, on a connection of its own): it tells the daemon how the job ended over the
+done pipe and waits for the daemon's "recorded". Without it (the daemon was killed, or could
+not record it) it leaves the outcome in `<log prefix>.exit`, a file written once, and the next
+daemon records it from there. Killing or restarting the daemon loses nothing.
 
 A supervisor runs one job at a time. Once the end is recorded it waits for another launch, so
 a stream of short jobs does not pay a fork of Python each; but never after anyone asked to stop
