@@ -132,12 +132,6 @@ RECORDED = b"A"  # after the done message: the end is recorded; wait for the nex
 RECORDED_WAIT_S = 30.0  # how long a supervisor waits for "recorded" before it leaves its exit record
 
 
-def hand_over(spare: Spare, launch: Launch) -> None:
-    """Give a spare its job (the start is recorded already): it runs it at once."""
-    prepare(spare, launch)
-    go(spare)
-
-
 def prepare(spare: Spare, launch: Launch) -> None:
     """Give a spare a job to get ready for without running it: it opens the logs and builds the
     environment, then waits. `go` (once the start is recorded) runs it; `discard` sends it away.

@@ -36,16 +36,33 @@ def _launch(
     )
 
 
-def test_a_spare_runs_the_job_it_is_handed_and_reports_it(tmp_path: Path) -> None:
+@contextmanager
+def _spawner() -> Iterator[tuple[Spawner, int]]:
+    """A spawner as the daemon has one, and the read end of the done pipe its supervisors write."""
     done_r, done_w = os.pipe2(os.O_CLOEXEC)
     spawner = Spawner(done_w)
     try:
+        yield spawner, done_r
+    finally:
+        spawner.close()
+        os.close(done_r)
+        os.close(done_w)
+
+
+def _hand_over(spare: supervise.Spare, launch: supervise.Launch) -> None:
+    """As the daemon does once the start is recorded: the launch, then "go"."""
+    supervise.prepare(spare, launch)
+    supervise.go(spare)
+
+
+def test_a_spare_runs_the_job_it_is_handed_and_reports_it(tmp_path: Path) -> None:
+    with _spawner() as (spawner, done_r):
         spawner.ask()
         spare = spawner.receive()
         assert proctree.is_alive(spare.pid, spare.pid_start)
         # Its own session (once it has started): the daemon's terminal and signals miss it.
         wait_until(lambda: os.getsid(spare.pid) == spare.pid, 10, "the spare to leave the session")
-        supervise.hand_over(spare, _launch(tmp_path, ("sh", "-c", "echo out; echo err >&2; exit 3")))
+        _hand_over(spare, _launch(tmp_path, ("sh", "-c", "echo out; echo err >&2; exit 3")))
         line = os.read(done_r, 4096)
         parsed = supervise.parse_done(line.rstrip(b"\n"))
         assert parsed is not None
@@ -58,10 +75,6 @@ def test_a_spare_runs_the_job_it_is_handed_and_reports_it(tmp_path: Path) -> Non
         wait_until(lambda: (tmp_path / "7.1.exit").exists(), 10, "the exit record")
         wait_until(lambda: bool((tmp_path / "7.1.exit").read_text()), 10, "the exit record's text")
         assert json.loads((tmp_path / "7.1.exit").read_text())["exit_code"] == 3
-    finally:
-        spawner.close()
-        os.close(done_r)
-        os.close(done_w)
 
 
 def test_a_discarded_spare_runs_nothing_and_the_spawner_ends_with_its_daemon(tmp_path: Path) -> None:
@@ -81,9 +94,7 @@ def test_a_discarded_spare_runs_nothing_and_the_spawner_ends_with_its_daemon(tmp
 
 
 def test_a_prepared_spare_runs_its_job_only_on_go_and_nothing_when_discarded(tmp_path: Path) -> None:
-    done_r, done_w = os.pipe2(os.O_CLOEXEC)
-    spawner = Spawner(done_w)
-    try:
+    with _spawner() as (spawner, done_r):
         spawner.ask()
         kept = spawner.receive()
         spawner.ask()
@@ -104,10 +115,6 @@ def test_a_prepared_spare_runs_its_job_only_on_go_and_nothing_when_discarded(tmp
         assert not (tmp_path / "7.2.exit").exists()  # the discarded one ran nothing and reported nothing
         supervise.discard(kept)
         wait_until(lambda: not proctree.is_alive(kept.pid, kept.pid_start), 10, "the supervisor to exit")
-    finally:
-        spawner.close()
-        os.close(done_r)
-        os.close(done_w)
 
 
 def test_the_daemon_replaces_a_killed_spawner(queue: QueueBox) -> None:
@@ -140,19 +147,6 @@ def test_a_job_gets_only_stdin_stdout_stderr_and_no_ignored_signals(queue: Queue
         assert not mask & (1 << (sig - 1)), f"{sig.name} is ignored in the job"
 
 
-@contextmanager
-def _spawner() -> Iterator[tuple[Spawner, int]]:
-    """A spawner as the daemon has one, and the read end of the done pipe its supervisors write."""
-    done_r, done_w = os.pipe2(os.O_CLOEXEC)
-    spawner = Spawner(done_w)
-    try:
-        yield spawner, done_r
-    finally:
-        spawner.close()
-        os.close(done_r)
-        os.close(done_w)
-
-
 def _done(done_r: int) -> tuple[int, int, supervise.Outcome]:
     ready, _, _ = select.select([done_r], [], [], 10)
     assert ready, "no done message"
@@ -170,7 +164,7 @@ def test_a_supervisor_told_its_end_is_recorded_runs_the_next_job_as_a_new_proces
         spawner.ask()
         spare = spawner.receive()
         env = {**os.environ, "ONLY_FIRST": "yes", "OUT": str(tmp_path / "one")}
-        supervise.hand_over(spare, _launch(tmp_path, ("sh", "-c", report), cwd=first_dir, env=env))
+        _hand_over(spare, _launch(tmp_path, ("sh", "-c", report), cwd=first_dir, env=env))
         assert _done(done_r)[:2] == (7, 1)
         assert supervise.recorded(spare)
         # Idle, it keeps no job's directory busy (an unmount would fail) and says it is idle.
@@ -179,7 +173,7 @@ def test_a_supervisor_told_its_end_is_recorded_runs_the_next_job_as_a_new_proces
         )
         assert os.readlink(f"/proc/{spare.pid}/cwd") == "/"
         env = {k: v for k, v in os.environ.items() if k != "ONLY_FIRST"} | {"OUT": str(tmp_path / "two")}
-        supervise.hand_over(spare, _launch(tmp_path, ("sh", "-c", report + "; exit 4"), 2, second_dir, env))
+        _hand_over(spare, _launch(tmp_path, ("sh", "-c", report + "; exit 4"), 2, second_dir, env))
         number, attempt, outcome = _done(done_r)
         assert (number, attempt, outcome.exit_code) == (7, 2, 4)
         # The same supervisor ran both, each job in its own directory with its own environment.
@@ -188,7 +182,7 @@ def test_a_supervisor_told_its_end_is_recorded_runs_the_next_job_as_a_new_proces
         assert supervise.recorded(spare)
         assert not list(tmp_path.glob("7.*.exit"))  # both ends recorded: no exit record
         open_fds = len(os.listdir(f"/proc/{spare.pid}/fd"))
-        supervise.hand_over(spare, _launch(tmp_path, ("true",), 3))
+        _hand_over(spare, _launch(tmp_path, ("true",), 3))
         assert _done(done_r)[2].outcome == "succeeded"
         assert supervise.recorded(spare)
         wait_until(lambda: len(os.listdir(f"/proc/{spare.pid}/fd")) == open_fds, 10, "the logs to be closed")
@@ -207,16 +201,16 @@ def test_a_signalled_supervisor_reports_its_stop_and_leaves_only_when_sent_away(
         spawner.ask()
         spare = spawner.receive()
         if when == "idle":
-            supervise.hand_over(spare, _launch(tmp_path, ("true",)))
+            _hand_over(spare, _launch(tmp_path, ("true",)))
             assert _done(done_r)[2].outcome == "succeeded"
             assert supervise.recorded(spare)
             os.kill(spare.pid, signal.SIGTERM)
-            supervise.hand_over(spare, _launch(tmp_path, ("sh", "-c", f"touch {ran}"), 2))
+            _hand_over(spare, _launch(tmp_path, ("sh", "-c", f"touch {ran}"), 2))
             number, attempt, outcome = _done(done_r)
             assert (number, attempt, outcome.outcome, outcome.ran) == (7, 2, "cancelled", False)
             assert not ran.exists()
         else:
-            supervise.hand_over(spare, _launch(tmp_path, ("sleep", "30")))
+            _hand_over(spare, _launch(tmp_path, ("sleep", "30")))
             wait_until(lambda: bool(proctree.descendants(spare.pid)), 10, "the job to start")
             os.kill(spare.pid, signal.SIGTERM)
             assert _done(done_r)[2].outcome == "cancelled"
