@@ -38,15 +38,16 @@ def run_daemon_plain() -> int:
 
 
 def _recording(paths: Any, values: Any) -> Any:
-    """The ledger's sampler for this daemon: GPU use every ledger.interval seconds."""
-    from gpubox.ledger.sampler import LedgerSampler
-    from gpubox.ledger.store import ledger_path
-    from gpubox.queue.ledger_feed import queue_user, running_allocations
-    from gpubox.telemetry.sources import open_backend
+    """The ledger's sampler for this daemon: GPU use every ledger.interval seconds. Its modules
+    are imported when the daemon starts it, after its first pass."""
 
-    user = queue_user()
+    def start(daemon: Any) -> Any:
+        from gpubox.ledger.sampler import LedgerSampler
+        from gpubox.ledger.store import ledger_path
+        from gpubox.queue.ledger_feed import queue_user, running_allocations
+        from gpubox.telemetry.sources import open_backend
 
-    def start(daemon: Any) -> LedgerSampler:
+        user = queue_user()
         return LedgerSampler(
             ledger_path(paths),
             interval_s=values["ledger.interval"],

@@ -99,7 +99,8 @@ def emit(command: str, data: Any, as_json: bool, text: str, errors: list[str] | 
 
 def add_jobs(command: Sequence[str] | None, opts: AddOptions, file: Path | None, as_json: bool) -> None:
     """`gpubox queue add`: build the specs, add them all or none, wake the daemon, print the ids."""
-    from gpubox.queue.client import wake_daemon
+    from gpubox.queue.client import start_daemon_early, wake_daemon
+    from gpubox.queue.jobs import KINDS, check_spec
     from gpubox.queue.records import job_record
     from gpubox.queue.submit import GpuLookup, build_spec, parse_job_file
 
@@ -129,14 +130,20 @@ def add_jobs(command: Sequence[str] | None, opts: AddOptions, file: Path | None,
                     raise ValueError(f"{file}:{number}: {exc}") from None
         else:
             specs = [build_spec(list(command or []), opts, base_env, base_cwd, lookup)]
+        for spec in specs:
+            check_spec(spec, KINDS)  # (add_many checks again) all valid before a daemon starts for them
         with open_queue_store(paths) as store:
+            # Valid jobs and a usable database: a daemon that starts now, before the jobs are
+            # stored, gets ready while they are written. Not for jobs with dependencies, which
+            # the check below (a read of the database) may still refuse.
+            started = not any(spec.after for spec in specs) and start_daemon_early(paths)
             if file is not None:  # name the line of a dependency that does not exist
                 for (number, _, _), spec in zip(entries, specs, strict=True):
                     for dep in spec.after:
                         if store.get(dep) is None:
                             raise ValueError(f"{file}:{number}: job {dep} (named in after) does not exist")
             jobs = store.add_many(specs)
-    wake_daemon(paths)
+    wake_daemon(paths, started)
     emit(
         "queue add",
         {"jobs": [job_record(j) for j in jobs]},

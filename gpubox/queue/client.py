@@ -61,13 +61,27 @@ def start_daemon(paths: Paths, env: Mapping[str, str] | None = None) -> int:
     return proc.pid
 
 
-def wake_daemon(paths: Paths) -> str:
-    """Ask the daemon to look at the queue now, starting it when none runs; what happened."""
+def start_daemon_early(paths: Paths) -> bool:
+    """Start the daemon now when none runs, before the jobs it is started for are stored: its
+    start (a Python of its own) then overlaps the client's writing, and the first job of a cold
+    queue starts sooner. Its first pass comes after it listens, so it sees jobs stored before
+    that, and a poke brings it to those stored after. True when it was started here."""
+    if lock_holder(paths) is not None:
+        return False
+    start_daemon(paths)
+    return True
+
+
+def wake_daemon(paths: Paths, started: bool = False) -> str:
+    """Ask the daemon to look at the queue now, starting it when none runs; what happened.
+    `started`: this client started one already (start_daemon_early), which may not hold its
+    lock yet: it is not started twice."""
     if poke(socket_path(paths)):
         return "woken"
-    if lock_holder(paths) is not None:
+    if not started and lock_holder(paths) is not None:
         return "starting"  # it holds the lock but does not listen yet
-    start_daemon(paths)
+    if not started:
+        start_daemon(paths)
     if os.environ.get("GPUBOX_JOB_ID"):
         # Started from inside a job, the daemon is adopted by that job's supervisor, which spares
         # it when the job ends only once it holds its lock: do not let the job end before that.

@@ -188,7 +188,6 @@ class Daemon:
         done_r, self._done_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
         listener: socket.socket | None = None
         old_handlers: dict[signal.Signals, Any] = {}
-        sampler: Any = None
         sel = selectors.DefaultSelector()
         self.pool = SparePool(self._done_w, sel, SPARES)
         try:
@@ -209,13 +208,10 @@ class Daemon:
             for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
                 old_handlers[sig] = signal.signal(sig, self._on_signal)
             self.log(f"pid {os.getpid()}, state {self.paths.state_dir}, socket {self.socket_path}")
-            if self.recording is not None:
-                sampler = self._sampler = self.recording(self)
-                sampler.start()
             self._loop(store, sel, listener, wake_r, done_r)
         finally:
-            if sampler is not None:
-                sampler.stop()  # writes the GPU use not written yet
+            if self._sampler is not None:
+                self._sampler.stop()  # writes the GPU use not written yet
             self._disarm()
             for spare in self._supervising.values():
                 supervise.discard(spare)  # each leaves its job's exit record for the next daemon
@@ -606,9 +602,23 @@ class Daemon:
         self._keep_spare(bool(self.reasons))
         self._rearm(guess)
         self._arm(store)
+        if self.recording is not None and self._sampler is None:
+            self._start_recording(self.recording)
         if self._sampler is not None:  # read by the ledger's thread, each swapped whole
             self.running = tuple(store.list(["running"]))
             self.waiting = dict(self.reasons)
+
+    def _start_recording(self, recording: Callable[[Daemon], Any]) -> None:
+        """Start the ledger's sampler: after the first pass, not with the daemon, as its imports
+        and first samples would hold back the first job of a cold queue. Tried once."""
+        self.recording = None
+        try:
+            sampler = recording(self)
+            sampler.start()
+        except Exception as exc:  # the queue runs on without its ledger
+            self.log(f"GPU use is not recorded: {type(exc).__name__}: {exc}")
+            return
+        self._sampler = sampler
 
     @staticmethod
     def _dep_states(store: JobStore, queued: list[Job], running: list[Job]) -> dict[int, str | None]:

@@ -1,0 +1,189 @@
+"""A cold queue: the first `queue add` starts the daemon before it stores the jobs (so that the
+daemon gets ready while they are written), but never for input it refuses; and the daemon
+starts its ledger sampler only after its first pass, so the first job does not wait for it."""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import gpubox.queue.client as client
+from gpubox.cli.queue_support import add_jobs
+from gpubox.exit_codes import GpuboxError
+from gpubox.paths import Paths, resolve_paths
+from gpubox.queue.daemon import Daemon
+from gpubox.queue.layout import db_path
+from gpubox.queue.schedule import QueueConfig
+from gpubox.queue.store import JobSpec, JobStore
+from gpubox.queue.submit import AddOptions
+from tests.queue.conftest import QueueBox, wait_until
+
+HANG = 60.0
+
+
+@pytest.fixture
+def starts(queue: QueueBox, monkeypatch: pytest.MonkeyPatch) -> Iterator[list[int]]:
+    """Each daemon start this process asks for, as the number of jobs stored at that moment; no
+    daemon really starts."""
+    seen: list[int] = []
+
+    def start(paths: Paths, env: Any = None) -> int:
+        with sqlite3.connect(db_path(paths)) as db:
+            seen.append(db.execute("SELECT count(*) FROM jobs").fetchone()[0])
+        return 0
+
+    monkeypatch.setattr(client, "start_daemon", start)
+    monkeypatch.setattr(client, "poke", lambda path: False)  # nobody listens, nor will
+    yield seen
+
+
+def test_a_cold_add_starts_the_daemon_once_before_the_jobs_are_stored(starts: list[int], queue: QueueBox) -> None:
+    add_jobs(["true"], AddOptions(gpus=0), None, False)
+    assert starts == [0]
+    jobs = queue.home / "jobs.txt"
+    jobs.write_text("true\ntrue\n")
+    add_jobs(None, AddOptions(gpus=0), jobs, False)  # still no daemon holds the lock: started again
+    assert starts == [0, 1]
+
+
+def test_jobs_with_dependencies_start_the_daemon_only_once_stored(starts: list[int], queue: QueueBox) -> None:
+    add_jobs(["true"], AddOptions(gpus=0), None, False)
+    add_jobs(["true"], AddOptions(gpus=0, after="1"), None, False)
+    assert starts == [0, 2]
+
+
+@pytest.mark.parametrize(
+    ("command", "opts", "message"),
+    [
+        (["true"], AddOptions(gpus=0, after="7"), "job 7 (named in --after) does not exist"),
+        (["true"], AddOptions(kind="nope"), "unknown kind 'nope'"),
+        ([" "], AddOptions(gpus=0), "no command given"),
+        (["a\0b"], AddOptions(gpus=0), "the command contains a NUL byte"),
+        (["true"], AddOptions(gpus=0, retries=10**6), "invalid retries"),
+        (["true"], AddOptions(gpus=0, env=("A=\0",)), "a NUL"),
+        (["true"], AddOptions(gpus=0, priority=10**9), "invalid priority"),
+    ],
+)
+def test_refused_input_starts_no_daemon(
+    starts: list[int], queue: QueueBox, command: list[str], opts: AddOptions, message: str
+) -> None:
+    with pytest.raises(GpuboxError) as refused:
+        add_jobs(command, opts, None, False)
+    assert message in refused.value.message and refused.value.code == 2
+    assert starts == []
+    assert not db_path(resolve_paths()).exists() or not queue.rows()
+
+
+def test_a_refused_line_of_a_file_starts_no_daemon(starts: list[int], queue: QueueBox) -> None:
+    jobs = queue.home / "jobs.txt"
+    jobs.write_text('true\n{"argv": ["true"], "after": [9]}\n')
+    with pytest.raises(GpuboxError) as refused:
+        add_jobs(None, AddOptions(gpus=0), jobs, False)
+    assert "jobs.txt:2: job 9 (named in after) does not exist" in refused.value.message
+    assert starts == [] and not queue.rows()
+
+
+def test_a_client_that_started_the_daemon_does_not_start_another(
+    queue: QueueBox, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Its daemon may not hold the lock yet when the jobs are stored: no second one (which would
+    only fail on the lock) is started then."""
+    started: list[Paths] = []
+    monkeypatch.setattr(client, "start_daemon", lambda paths, env=None: started.append(paths) or 0)
+    monkeypatch.setattr(client, "poke", lambda path: False)
+    paths = resolve_paths()
+    assert client.wake_daemon(paths, started=True) == "started" and started == []
+    assert client.wake_daemon(paths) == "started" and len(started) == 1
+
+
+def test_the_real_first_add_runs_its_jobs_with_one_daemon(queue: QueueBox) -> None:
+    jobs = queue.home / "jobs.txt"
+    jobs.write_text("true\n" * 5)
+    done = queue("queue", "add", "--gpus", "0", "--file", str(jobs))
+    assert done.returncode == 0, done.stderr
+    ids = [int(i) for i in done.stdout.split()]
+    for job_id in ids:
+        assert queue.wait_state(job_id, ("succeeded", "failed"), timeout=HANG)["state"] == "succeeded"
+    log = (queue.state_dir / "daemon.log").read_text()
+    assert log.count("pid ") == 1 and "already runs" not in log, log
+
+
+# The ledger's sampler
+
+
+class NoGpus:
+    def read(self) -> list[object]:
+        return []
+
+    def close(self) -> None:
+        pass
+
+
+class Sampler:
+    def __init__(self, seen: list[str]) -> None:
+        self.seen = seen
+
+    def start(self) -> None:
+        self.seen.append("started")
+
+    def stop(self) -> None:
+        self.seen.append("stopped")
+
+
+def run_daemon(tmp_path: Path, recording: Any, log: list[str]) -> JobStore:
+    """A daemon in this thread, with two CPU-only jobs queued before it starts; it stops once they
+    have ended."""
+    base = tmp_path / "box"
+    paths = resolve_paths(
+        {"HOME": str(base), "GPUBOX_STATE_DIR": str(base / "state"), "GPUBOX_RUNTIME_DIR": str(base / "run")}
+    )
+    store = JobStore(db_path(paths))
+    spec = JobSpec(argv=("true",), cwd="/", env=dict(os.environ), gpus=0, probe=False)
+    store.add_many([spec, spec])
+    daemon = Daemon(paths, QueueConfig(poll_interval_s=0.2), gpu_source=NoGpus(), log=log.append, recording=recording)
+
+    def stop_when_done() -> None:
+        wait_until(lambda: all(j.state == "succeeded" for j in store.list()), HANG, "the jobs to end")
+        daemon._stop = True
+
+    watcher = threading.Thread(target=stop_when_done)
+    watcher.start()
+    daemon.run()
+    watcher.join(HANG)
+    return store
+
+
+def test_the_sampler_starts_after_the_first_pass_and_stops_with_the_daemon(tmp_path: Path) -> None:
+    seen: list[str] = []
+    states: list[list[str]] = []
+
+    def recording(daemon: Daemon) -> Sampler:
+        with JobStore(daemon.db_path) as store:  # what the first pass did before the sampler
+            states.append([j.state for j in store.list()])
+        return Sampler(seen)
+
+    log: list[str] = []
+    store = run_daemon(tmp_path, recording, log)
+    assert states and states[0][0] in ("running", "succeeded"), states  # the first job had started
+    assert seen == ["started", "stopped"]
+    assert [j.state for j in store.list()] == ["succeeded", "succeeded"]
+
+
+def test_a_sampler_that_cannot_start_is_said_once_and_the_queue_runs_on(tmp_path: Path) -> None:
+    calls: list[int] = []
+
+    def recording(daemon: Daemon) -> Sampler:
+        calls.append(1)
+        raise OSError("no ledger here")
+
+    log: list[str] = []
+    store = run_daemon(tmp_path, recording, log)
+    assert [j.state for j in store.list()] == ["succeeded", "succeeded"]
+    assert calls == [1]
+    assert [line for line in log if "not recorded" in line] == ["GPU use is not recorded: OSError: no ledger here"]
