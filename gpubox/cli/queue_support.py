@@ -143,10 +143,12 @@ def add_jobs(command: Sequence[str] | None, opts: AddOptions, file: Path | None,
                         if store.get(dep) is None:
                             raise ValueError(f"{file}:{number}: job {dep} (named in after) does not exist")
             jobs = store.add_many(specs)
-    wake_daemon(paths, started)
-    emit(
-        "queue add",
-        {"jobs": [job_record(j) for j in jobs]},
-        as_json,
-        "\n".join(str(j.id) for j in jobs),
-    )
+    try:
+        wake_daemon(paths, started)
+    finally:  # stored, the jobs are said even when no daemon could be started for them
+        emit(
+            "queue add",
+            {"jobs": [job_record(j) for j in jobs]},
+            as_json,
+            "\n".join(str(j.id) for j in jobs),
+        )

@@ -68,7 +68,10 @@ def start_daemon_early(paths: Paths) -> bool:
     that, and a poke brings it to those stored after. True when it was started here."""
     if lock_holder(paths) is not None:
         return False
-    start_daemon(paths)
+    try:
+        start_daemon(paths)
+    except OSError:
+        return False  # wake_daemon tries again once the jobs are stored, and says why it fails
     return True
 
 
@@ -81,7 +84,12 @@ def wake_daemon(paths: Paths, started: bool = False) -> str:
     if not started and lock_holder(paths) is not None:
         return "starting"  # it holds the lock but does not listen yet
     if not started:
-        start_daemon(paths)
+        try:
+            start_daemon(paths)
+        except OSError as exc:  # a process limit, a log it cannot open
+            why = exc.strerror or str(exc)
+            message = f"could not start the daemon ({why}): queued jobs wait until `gpubox daemon` runs"
+            raise GpuboxError(message, ExitCode.DAEMON_UNREACHABLE) from None
     if os.environ.get("GPUBOX_JOB_ID"):
         # Started from inside a job, the daemon is adopted by that job's supervisor, which spares
         # it when the job ends only once it holds its lock: do not let the job end before that.

@@ -4,6 +4,7 @@ starts its ledger sampler only after its first pass, so the first job does not w
 
 from __future__ import annotations
 
+import errno
 import os
 import sqlite3
 import threading
@@ -100,6 +101,44 @@ def test_a_client_that_started_the_daemon_does_not_start_another(
     paths = resolve_paths()
     assert client.wake_daemon(paths, started=True) == "started" and started == []
     assert client.wake_daemon(paths) == "started" and len(started) == 1
+
+
+def test_a_daemon_that_cannot_start_is_one_line_after_the_ids_of_the_stored_jobs(
+    queue: QueueBox, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    tries: list[int] = []
+
+    def cannot(paths: Paths, env: Any = None) -> int:
+        tries.append(1)
+        raise OSError(errno.EAGAIN, "Resource temporarily unavailable")
+
+    monkeypatch.setattr(client, "start_daemon", cannot)
+    monkeypatch.setattr(client, "poke", lambda path: False)
+    with pytest.raises(GpuboxError) as failed:
+        add_jobs(["true"], AddOptions(gpus=0), None, False)
+    assert failed.value.code == 4 and failed.value.message == (
+        "could not start the daemon (Resource temporarily unavailable): queued jobs wait until `gpubox daemon` runs"
+    )
+    assert capsys.readouterr().out == "1\n"  # the job is stored, and its id said
+    assert [row[0] for row in queue.rows("SELECT state FROM jobs")] == ["queued"]
+    assert len(tries) == 2  # before the jobs were stored, and again after
+
+
+def test_a_daemon_that_fails_to_start_early_is_started_after_the_jobs_are_stored(
+    starts: list[int], queue: QueueBox, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    counted = client.start_daemon
+    failed: list[int] = []
+
+    def once(paths: Paths, env: Any = None) -> int:
+        if not failed:
+            failed.append(1)
+            raise OSError(errno.EAGAIN, "Resource temporarily unavailable")
+        return counted(paths)
+
+    monkeypatch.setattr(client, "start_daemon", once)
+    add_jobs(["true"], AddOptions(gpus=0), None, False)
+    assert failed == [1] and starts == [1]
 
 
 def test_the_real_first_add_runs_its_jobs_with_one_daemon(queue: QueueBox) -> None:
