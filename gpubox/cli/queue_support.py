@@ -125,13 +125,14 @@ def add_jobs(command: Sequence[str] | None, opts: AddOptions, file: Path | None,
             specs = []
             for number, argv, line_opts in entries:
                 try:
-                    specs.append(build_spec(argv, line_opts, base_env, base_cwd, lookup))
+                    spec = build_spec(argv, line_opts, base_env, base_cwd, lookup)
+                    check_spec(spec, KINDS)  # (add_many checks again) valid before a daemon starts for it
                 except ValueError as exc:
                     raise ValueError(f"{file}:{number}: {exc}") from None
+                specs.append(spec)
         else:
             specs = [build_spec(list(command or []), opts, base_env, base_cwd, lookup)]
-        for spec in specs:
-            check_spec(spec, KINDS)  # (add_many checks again) all valid before a daemon starts for them
+            check_spec(specs[0], KINDS)
         with open_queue_store(paths) as store:
             # Valid jobs and a usable database: a daemon that starts now, before the jobs are
             # stored, gets ready while they are written. Not for jobs with dependencies, which

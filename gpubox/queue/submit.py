@@ -78,9 +78,12 @@ def build_spec(
     for item in opts.tags:
         key, value = parse_tag(item)
         tags[key] = value
+    if opts.cwd is not None and not opts.cwd.strip():
+        raise ValueError("the working directory (--cwd) is empty")
     cwd = os.path.abspath(os.path.join(base_cwd, os.path.expanduser(opts.cwd))) if opts.cwd else base_cwd
     if not os.path.isdir(cwd):
-        raise ValueError(f"working directory {cwd} does not exist")
+        what = "is not a directory" if os.path.exists(cwd) else "does not exist"
+        raise ValueError(f"working directory {cwd} {what}")
     if opts.name is not None and (not opts.name.strip() or "\n" in opts.name):
         raise ValueError(f"invalid name {opts.name!r}: expected one non-empty line")
     if opts.gpus is not None and opts.gpus < 0:

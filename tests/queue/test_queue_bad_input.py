@@ -103,6 +103,9 @@ JOB_FILES = {
     "three-good-one-bad": 'true\n{"cmd": "echo hi", "gpus": 0}\n\n{"cmd": "true", "kind": "foo"}\necho fine\n',
     "bad-tag": '{"cmd": "true", "gpus": 0, "tags": {"a b": "c"}}\n',
     "missing-after": 'true\n{"cmd": "true", "gpus": 0, "after": [999]}\n',
+    "retries-negative": 'true\n{"cmd": "true", "gpus": 0, "retries": -1}\n',
+    "priority-huge": '{"cmd": "true", "gpus": 0}\n{"cmd": "true", "gpus": 0, "priority": 99999999999999999999}\n',
+    "nul-in-command": 'true\n{"argv": ["tr\\u0000ue"], "gpus": 0}\n',
     "good": "true\n",
 }
 
@@ -198,6 +201,8 @@ CASES: list[tuple[str, tuple[str, ...], int, str]] = [
         USAGE,
         "/does/not/exist does not exist",
     ),
+    ("cwd-empty", ("queue", "add", "--cwd", "", "--", "true"), USAGE, "the working directory (--cwd) is empty"),
+    ("cwd-a-file", ("queue", "add", "--cwd", "{files}/good", "--", "true"), USAGE, "good is not a directory"),
     ("gpus-0-with-gpu-mem", ("queue", "add", "--gpus", "0", "--gpu-mem", "1G", "--", "true"), USAGE, "--gpus 0"),
     ("add-gpu-no-nvml", ("queue", "add", "--gpu", "0", "--", "true"), NO_GPU, "NVML"),
     ("add-gpu-mem-no-nvml", ("queue", "add", "--gpu-mem", "1G", "--", "true"), NO_GPU, "NVML"),
@@ -250,6 +255,9 @@ CASES: list[tuple[str, tuple[str, ...], int, str]] = [
         USAGE,
         "three-good-one-bad:4: unknown kind 'foo'",
     ),
+    ("file-retries", ("queue", "add", "--file", "{files}/retries-negative"), USAGE, "negative:2: invalid retries -1"),
+    ("file-priority", ("queue", "add", "--file", "{files}/priority-huge"), USAGE, "priority-huge:2: invalid priority"),
+    ("file-nul", ("queue", "add", "--file", "{files}/nul-in-command"), USAGE, "nul-in-command:2: the command contains"),
     ("file-bad-tag", ("queue", "add", "--file", "{files}/bad-tag"), USAGE, "bad-tag:1: invalid tag 'a b=c'"),
     (
         "file-missing-after",
