@@ -3,11 +3,14 @@
 Pending jobs are ranked by priority (higher first), then kind, then submission time, then id.
 GPUs are exclusive unless both jobs share; a GPU qualifies when it is not paused, not held and
 has the free memory asked for (memory held outside the queue counts). Order is strict: a job
-never starts ahead of a higher-ranked GPU job that cannot start, except by backfill, which is
-allowed only when the lower job's time limit ends before the blocked job could possibly start.
-A blocked job's earliest start is known only when everything keeping it out is a queue job with
-a known end; a paused GPU, memory held elsewhere, or a job without a time limit makes it unknown,
-and then nothing passes it. Jobs that can never start on this box do not hold the queue.
+never starts ahead of a higher-ranked GPU job that cannot start on any GPU that job could ever
+use (the ones it named, or those with the memory it asks for in total): a job on other GPUs
+delays it in no way, so a GPU paused for maintenance, or held by a process outside the queue,
+holds up only the jobs that need that GPU. Otherwise only backfill passes it, allowed only when
+the lower job's time limit ends before the blocked job could possibly start. A blocked job's
+earliest start is known only when everything keeping it out is a queue job with a known end; a
+paused GPU, memory held elsewhere, or a job without a time limit makes it unknown, and then
+nothing passes it on its GPUs. Jobs that can never start on this box do not hold the queue.
 CPU-only jobs have their own slots and their own line.
 """
 
@@ -76,6 +79,7 @@ class Wait:
 class _Blocked:
     job: JobRequest
     earliest: float | None
+    wants: frozenset[str]  # every GPU it could ever start on
 
 
 def gib(n: int) -> str:
@@ -246,18 +250,24 @@ def place_jobs(
         candidates = _candidates(job, board)
         problems = [(g, board.problem(g, job)) for g in candidates]
         fit = [g for g, p in problems if p is None]
-        if job.gpu_ids is None:
-            fit = fit[: job.gpus]
         if len(fit) < _gpu_count(job):
             reasons = ", ".join(p for _, p in problems if p is not None)
             waits.append(Wait(job.id, f"{_need_text(job, board)}: {reasons}"))
-            blocked.append(_Blocked(job, _earliest(job, board)))
+            blocked.append(_Blocked(job, _earliest(job, board), frozenset(g.uuid for g in candidates)))
             continue
-        refusal = _behind(job, blocked, now, config)
-        if refusal is not None:
-            waits.append(Wait(job.id, refusal))
-            continue
-        uuids = tuple(g.uuid for g in fit)
+        # GPUs no blocked job ahead could ever use first: taking them delays none of those jobs.
+        aside = [g for g in fit if not any(g.uuid in b.wants for b in blocked)]
+        if len(aside) >= _gpu_count(job):
+            fit = aside
+        else:
+            refusal = _behind(job, blocked, now, config)
+            if refusal is not None:
+                waits.append(Wait(job.id, refusal))
+                continue
+            fit = aside + [g for g in fit if g not in aside]
+        if job.gpu_ids is None:
+            fit = fit[: job.gpus]
+        uuids = tuple(sorted((g.uuid for g in fit), key=lambda u: board.by_uuid[u].index))
         board.take(job, uuids, now)
         starts.append(Start(job.id, uuids))
     return starts, waits

@@ -179,6 +179,54 @@ def test_backfill_respects_every_blocked_job_ahead() -> None:
     )
 
 
+def test_a_job_waiting_for_a_paused_gpu_holds_up_only_jobs_that_need_that_gpu() -> None:
+    """Maintenance on one GPU must not idle the box: the job pinned to it waits, and the jobs
+    behind it start on the other GPUs, with no time limit, which cannot delay it."""
+    gpus = [gpu(0, paused=True), gpu(1), gpu(2)]
+    pending = [job(1, ids=("GPU-0",)), job(2, at=1), job(3, at=2, gpus=2), job(4, at=3, ids=("GPU-0",))]
+    starts, waits = place_jobs(pending, [], gpus, now=0)
+    assert starts == [Start(2, ("GPU-1",))]
+    assert waits == [
+        Wait(1, "needs GPU 0: GPU 0 is paused"),
+        Wait(3, "needs 2 GPUs: GPU 0 is paused, GPU 1 held by job 2 (train)"),
+        Wait(4, "needs GPU 0: GPU 0 is paused"),
+    ]
+    # The same with backfill off: passing on GPUs the job ahead can never use delays it in no way.
+    config = PolicyConfig(backfill=False)
+    assert place_jobs(pending[:2], [], gpus, now=0, config=config)[0] == [Start(2, ("GPU-1",))]
+
+
+def test_memory_held_outside_the_queue_holds_up_only_the_jobs_that_need_that_gpu() -> None:
+    gpus = [gpu(0), gpu(1, used_gib=70), gpu(2)]
+    pending = [job(1, ids=("GPU-1",), mem_gib=20), job(2, at=1), job(3, at=2), job(4, at=3)]
+    starts, waits = place_jobs(pending, [], gpus, now=0)
+    # GPU 1 has room for a job that asks for no memory, but job 1 waits for it: it is not taken.
+    assert starts == [Start(2, ("GPU-0",)), Start(3, ("GPU-2",))]
+    assert waits[0] == Wait(1, "needs GPU 1 with 20.0 GiB free: GPU 1 has 10.0 GiB free")
+    assert waits[1] == Wait(4, "waits behind job 1 (ahead in the queue); only a job with a time limit can start ahead")
+
+
+def test_a_job_that_can_use_only_other_gpus_passes_a_blocked_job() -> None:
+    """Job 1 needs 60 GiB GPUs (only GPUs 0 and 1 have that much): a job on the small GPU passes."""
+    gpus = [gpu(0), gpu(1), gpu(2, total_gib=24)]
+    running = [run(9, "GPU-0")]
+    pending = [job(1, gpus=2, mem_gib=60), job(2, at=1), job(3, at=2, limit=60)]
+    starts, waits = place_jobs(pending, running, gpus, now=0)
+    assert starts == [Start(2, ("GPU-2",))]
+    assert waits == [
+        Wait(1, "needs 2 GPUs with 60.0 GiB free: GPU 0 held by job 9 (train)"),
+        Wait(3, "waits behind job 1 (ahead in the queue); when job 1 can start is not known"),
+    ]
+
+
+def test_a_backfilled_job_takes_gpus_the_blocked_job_cannot_use_first() -> None:
+    gpus = [gpu(0), gpu(1), gpu(2, total_gib=24)]
+    running = [run(9, "GPU-0", ends_by=1000)]
+    pending = [job(1, gpus=2, mem_gib=60), job(2, at=1, gpus=2, limit=100)]
+    starts, _ = place_jobs(pending, running, gpus, now=0)
+    assert starts == [Start(2, ("GPU-1", "GPU-2"))]  # backfill: it ends before GPU 0 frees
+
+
 def test_pure_same_inputs_same_outputs_and_nothing_mutated() -> None:
     pending = [job(7, priority=5, gpus=2), job(8, limit=600), job(9, gpus=0), job(10, share=True, mem_gib=1)]
     running = [run(12, "GPU-0", ends_by=1000)]

@@ -327,6 +327,23 @@ def test_a_paused_gpu_gets_no_job_until_resumed(queue: QueueBox) -> None:
         queue.wait_state(job_id, ("succeeded",), WAIT)
 
 
+def test_a_job_pinned_to_a_paused_gpu_does_not_hold_up_jobs_for_the_other_gpus(queue: QueueBox) -> None:
+    """Maintenance on one GPU: the job that needs it waits, the jobs behind it run elsewhere."""
+    box = gpus(3)
+    uuid = uuids_of(box)
+    work = start(queue, box)
+    assert queue("queue", "pause", "--gpu", "0").returncode == 0
+    pinned = add(queue, work, "--gpu", "0")
+    others = [add(queue, work) for _ in range(2)]
+    assert sorted(running_on(queue, job_id)[0] for job_id in others) == [uuid[1], uuid[2]]
+    assert listed(queue, pinned, "GPU 0 is paused")["state"] == "queued"
+    assert queue("queue", "resume", "--gpu", "0").returncode == 0
+    assert running_on(queue, pinned) == [uuid[0]]
+    release(work, pinned, *others)
+    for job_id in (pinned, *others):
+        queue.wait_state(job_id, ("succeeded",), WAIT)
+
+
 # -- preemption ----------------------------------------------------------------------------
 
 
