@@ -29,9 +29,10 @@ def envelope(
     command: str,
     data: Any,
     *,
-    code: ExitCode = ExitCode.OK,
+    code: int = ExitCode.OK,
     errors: list[str] | None = None,
 ) -> dict[str, Any]:
+    """`code`: the command's exit code (one of ExitCode, or a job's own, as `queue wait` exits with)."""
     return {
         "schema": SCHEMA_VERSION,
         "command": command,

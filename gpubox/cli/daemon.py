@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 import time
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -33,16 +33,33 @@ def daemon(ctx: typer.Context) -> None:
     raise typer.Exit(serve())
 
 
+STARTING_S = 5.0  # how long `status` waits for a daemon that holds its lock but does not listen yet
+
+
+def _ask_status(paths: Any) -> dict[str, Any]:
+    """The daemon's status; Unreachable when none answers. One that holds its lock but does not
+    listen yet is starting (a client just started it): its answer is worth a moment's wait."""
+    from gpubox.queue.layout import lock_holder, socket_path
+    from gpubox.queue.wire import Unreachable, ask
+
+    deadline = time.monotonic() + STARTING_S
+    while True:
+        try:
+            return ask(socket_path(paths), "status", timeout=3.0)
+        except Unreachable:
+            if lock_holder(paths) is None or time.monotonic() >= deadline:
+                raise
+            time.sleep(0.05)
+
+
 @app.command("status")
 def status(as_json: JSON = False) -> None:
     """Say whether the daemon runs, with its pid and queue counts; exit 4 when it does not."""
     from gpubox.paths import resolve_paths
-    from gpubox.queue.layout import socket_path
-    from gpubox.queue.wire import Unreachable, ask
+    from gpubox.queue.wire import Unreachable
 
-    paths = resolve_paths()
     try:
-        info = ask(socket_path(paths), "status", timeout=3.0)
+        info = _ask_status(resolve_paths())
     except Unreachable as exc:
         if as_json:
             from gpubox.cli.output import print_json

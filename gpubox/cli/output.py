@@ -10,7 +10,7 @@ from gpubox.envelope import dumps, envelope
 from gpubox.exit_codes import ExitCode
 
 
-def print_json(command: str, data: Any, code: ExitCode = ExitCode.OK, errors: list[str] | None = None) -> None:
+def print_json(command: str, data: Any, code: int = ExitCode.OK, errors: list[str] | None = None) -> None:
     sys.stdout.write(dumps(envelope(command, data, code=code, errors=errors)) + "\n")
 
 

@@ -18,6 +18,7 @@ from gpubox.cli.queue_support import (
     emit,
     errors,
     gpu_index,
+    json_command,
     keep_daemon,
     live_reasons,
     open_queue_store,
@@ -105,6 +106,7 @@ def add(
 
 
 @app.command("ls")
+@json_command("queue ls")
 def ls(
     show_all: Annotated[bool, typer.Option("--all", "-a", help="Also list jobs that have ended.")] = False,
     state: Annotated[
@@ -132,6 +134,7 @@ def ls(
 
 
 @app.command("show")
+@json_command("queue show")
 def show(
     job_id: Annotated[int, typer.Argument(metavar="ID", help="The job id.")],
     as_json: JSON = False,
@@ -212,25 +215,30 @@ def logs(
 
 
 @app.command("cancel")
+@json_command("queue cancel")
 def cancel(ids: IDS, as_json: JSON = False) -> None:
     """Cancel queued jobs; stop running ones (SIGTERM to the whole tree, SIGKILL after a grace period)."""
-    from gpubox.queue.client import cancel_jobs
+    from gpubox.queue.client import cancel_jobs, wake_daemon
     from gpubox.queue.records import job_record
 
     paths = queue_paths()
     with errors(), open_queue_store(paths) as store:
         results = cancel_jobs(store, ids)
-    ended = [r for r in results if r.action == "ended already"]
+    if any(r.action == "stopping" for r in results):
+        wake_daemon(paths)  # its end is recorded by a daemon: one must run
+    ended = [f"job {r.job.id} ended already ({r.job.state})" for r in results if r.action == "ended already"]
     lines = [f"job {r.job.id}: {r.action}" for r in results if r.action != "ended already"]
-    data = {"jobs": [{**job_record(r.job), "action": r.action} for r in results]}
-    emit("queue cancel", data, as_json, "\n".join(lines))
-    for r in ended:
-        sys.stderr.write(f"gpubox: job {r.job.id} ended already ({r.job.state})\n")
+    data = {"jobs": [{**job_record(r.job, {}), "action": r.action} for r in results]}
+    code = ExitCode.FAILED if ended else ExitCode.OK
+    emit("queue cancel", data, as_json, "\n".join(lines), ended, code)
+    for message in ended:
+        sys.stderr.write(f"gpubox: {message}\n")
     if ended:
-        raise typer.Exit(int(ExitCode.FAILED))
+        raise typer.Exit(int(code))
 
 
 @app.command("wait")
+@json_command("queue wait")
 def wait(
     ids: IDS,
     timeout: Annotated[
@@ -257,11 +265,18 @@ def wait(
         )
     code = exit_code_for(jobs)
     lines = [f"job {j.id}: {j.state}" + ("" if j.exit_code is None else f" (exit {j.exit_code})") for j in jobs]
-    emit("queue wait", {"jobs": [job_record(j) for j in jobs], "exit_code": code}, as_json, "\n".join(lines))
+    emit(
+        "queue wait",
+        {"jobs": [job_record(j, {}) for j in jobs], "exit_code": code},
+        as_json,
+        "\n".join(lines),
+        code=code,
+    )
     raise typer.Exit(code)
 
 
 @app.command("retry")
+@json_command("queue retry")
 def retry(ids: IDS, as_json: JSON = False) -> None:
     """Queue finished jobs again (failed, cancelled, timed out, lost or succeeded)."""
     from gpubox.queue.client import wake_daemon
@@ -276,7 +291,10 @@ def retry(ids: IDS, as_json: JSON = False) -> None:
         jobs = [store.requeue(job_id) for job_id in ids]
     wake_daemon(paths)
     emit(
-        "queue retry", {"jobs": [job_record(j) for j in jobs]}, as_json, "\n".join(f"job {j.id}: queued" for j in jobs)
+        "queue retry",
+        {"jobs": [job_record(j, {}) for j in jobs]},
+        as_json,
+        "\n".join(f"job {j.id}: queued" for j in jobs),
     )
 
 
@@ -322,6 +340,7 @@ def resume(
 
 
 @app.command("clean")
+@json_command("queue clean")
 def clean(
     older_than: Annotated[
         str | None, typer.Option("--older-than", help="Only jobs that ended longer ago than this, as 7d.")
@@ -342,6 +361,7 @@ def clean(
 
 
 @app.command("edit")
+@json_command("queue edit")
 def edit(
     job_id: Annotated[int, typer.Argument(metavar="ID", help="A queued job's id.")],
     priority: Annotated[int | None, typer.Option("--priority", help="New priority.")] = None,
@@ -383,4 +403,4 @@ def edit(
         with open_queue_store(paths) as store:
             job = store.edit(job_id, changes)
     wake_daemon(paths)
-    emit("queue edit", {"job": job_record(job)}, as_json, f"job {job.id}: updated")
+    emit("queue edit", {"job": job_record(job, {})}, as_json, f"job {job.id}: updated")

@@ -3,12 +3,13 @@ in gpubox/cli/main.py that does not import Typer at all (it would double the com
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from gpubox.exit_codes import ExitCode, GpuboxError
 
@@ -17,6 +18,8 @@ if TYPE_CHECKING:
     from gpubox.queue.gpus import GpuInfo
     from gpubox.queue.store import JobStore
     from gpubox.queue.submit import AddOptions
+
+F = TypeVar("F", bound=Callable[..., Any])
 
 
 @contextmanager
@@ -87,14 +90,45 @@ def keep_daemon(paths: Paths, every_s: float = 5.0) -> Any:
     return keep
 
 
-def emit(command: str, data: Any, as_json: bool, text: str, errors: list[str] | None = None) -> None:
-    """`errors`: what could not be read beside the data (the JSON's errors; in text, said on stderr already)."""
+def emit(
+    command: str, data: Any, as_json: bool, text: str, errors: list[str] | None = None, code: int = ExitCode.OK
+) -> None:
+    """`errors`: what could not be read or done beside the data (the JSON's errors; in text, said
+    on stderr by the caller). `code`: the exit code the command ends with, which the JSON says."""
     if as_json:
         from gpubox.cli.output import print_json
 
-        print_json(command, data, errors=errors)
+        print_json(command, data, code, errors=errors)
     elif text:
         sys.stdout.write(text + "\n")
+
+
+def json_command(command: str) -> Callable[[F], F]:
+    """For a Typer command with an `as_json` parameter: the envelope of json_failure on failure."""
+
+    def wrap(function: F) -> F:
+        @functools.wraps(function)
+        def run(*args: Any, **kwargs: Any) -> Any:
+            with json_failure(command, bool(kwargs.get("as_json"))):
+                return function(*args, **kwargs)
+
+        return run  # type: ignore[return-value]
+
+    return wrap
+
+
+@contextmanager
+def json_failure(command: str, as_json: bool) -> Iterator[None]:
+    """A command asked for --json that fails still prints an envelope: `data` null, the message in
+    `errors`, its exit code; the one line on stderr comes as for any failure."""
+    try:
+        yield
+    except GpuboxError as exc:
+        if as_json:
+            from gpubox.cli.output import print_json
+
+            print_json(command, None, exc.code, [exc.message])
+        raise
 
 
 def add_jobs(command: Sequence[str] | None, opts: AddOptions, file: Path | None, as_json: bool) -> None:
@@ -113,7 +147,7 @@ def add_jobs(command: Sequence[str] | None, opts: AddOptions, file: Path | None,
     lookup = GpuLookup(box_gpus)
     base_env = dict(os.environ)
     paths = queue_paths()
-    with errors():
+    with json_failure("queue add", as_json), errors():
         if file is not None:
             if command:
                 raise ValueError("give either --file or a command, not both")
@@ -144,12 +178,18 @@ def add_jobs(command: Sequence[str] | None, opts: AddOptions, file: Path | None,
                         if store.get(dep) is None:
                             raise ValueError(f"{file}:{number}: job {dep} (named in after) does not exist")
             jobs = store.add_many(specs)
+    failure: GpuboxError | None = None
     try:
         wake_daemon(paths, started)
-    finally:  # stored, the jobs are said even when no daemon could be started for them
-        emit(
-            "queue add",
-            {"jobs": [job_record(j) for j in jobs]},
-            as_json,
-            "\n".join(str(j.id) for j in jobs),
-        )
+    except GpuboxError as exc:  # stored, the jobs are said even when no daemon could be started for them
+        failure = exc
+    emit(
+        "queue add",
+        {"jobs": [job_record(j, {}) for j in jobs]},  # the daemon was woken: its next pass says why
+        as_json,
+        "\n".join(str(j.id) for j in jobs),
+        [failure.message] if failure else None,
+        failure.code if failure else ExitCode.OK,
+    )
+    if failure is not None:
+        raise failure

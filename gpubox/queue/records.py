@@ -32,7 +32,8 @@ def held_gpus(job: Job, gpu_index: Mapping[str, int]) -> list[int | str]:
 
 
 def waiting_reason(job: Job, live: Mapping[int, str] | None) -> str | None:
-    """Why a queued job waits: the daemon's live reason, else what the store last said."""
+    """Why a queued job waits: the daemon's live reason, else what the store last said. `live`:
+    None when no daemon answered (it is not running); empty when it was not asked."""
     if job.state != "queued":
         return job.reason
     if live is None:

@@ -1,0 +1,104 @@
+"""`--json` on the queue's commands: a command that fails still prints one envelope (`data` null,
+the message in `errors`), and every envelope's `exit_code` is the one the command exits with."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+import gpubox.cli.daemon as daemon_cli
+from gpubox.paths import resolve_paths
+from gpubox.queue import wire
+from gpubox.queue.records import DAEMON_DOWN
+from tests.queue.conftest import QueueBox
+
+WAIT = 60.0
+
+
+def envelope(result: Any) -> dict[str, Any]:
+    doc = json.loads(result.stdout)
+    assert doc["exit_code"] == result.returncode and doc["ok"] == (result.returncode == 0), doc
+    return dict(doc)
+
+
+@pytest.mark.parametrize(
+    ("args", "code", "message"),
+    [
+        (("queue", "add", "--json", "--kind", "bogus", "--", "true"), 2, "unknown kind 'bogus'"),
+        (("queue", "add", "--json", "--gpus", "0", "--after", "99", "--", "true"), 2, "job 99"),
+        (("queue", "show", "9999", "--json"), 2, "job 9999 does not exist"),
+        (("queue", "ls", "--json", "--state", "bogus"), 2, "unknown state 'bogus'"),
+        (("queue", "wait", "9999", "--json"), 2, "job 9999 does not exist"),
+        (("queue", "wait", "9999", "--json", "--timeout", "x"), 2, "invalid duration 'x'"),
+        (("queue", "cancel", "9999", "--json"), 2, "job 9999 does not exist"),
+        (("queue", "retry", "9999", "--json"), 2, "job 9999 does not exist"),
+        (("queue", "edit", "9999", "--priority", "1", "--json"), 2, "job 9999 does not exist"),
+        (("queue", "clean", "--older-than", "x", "--json"), 2, "invalid duration 'x'"),
+    ],
+)
+def test_a_failed_command_prints_an_envelope_and_its_one_line(
+    queue: QueueBox, args: tuple[str, ...], code: int, message: str
+) -> None:
+    result = queue(*args)
+    assert result.returncode == code, result.stderr
+    doc = envelope(result)
+    assert doc["command"] == f"{args[0]} {args[1]}" and doc["data"] is None
+    assert len(doc["errors"]) == 1 and message in doc["errors"][0]
+    assert result.stderr == f"gpubox: {doc['errors'][0]}\n"
+
+
+def test_wait_says_the_jobs_exit_code_in_the_envelope_and_a_cancel_of_an_ended_job_fails(queue: QueueBox) -> None:
+    job = queue.add("--gpus", "0", "--", "sh", "-c", "exit 7")
+    waited = queue("queue", "wait", str(job), "--json")
+    assert waited.returncode == 7
+    doc = envelope(waited)
+    assert doc["data"]["exit_code"] == 7 and doc["data"]["jobs"][0]["state"] == "failed"
+    cancelled = queue("queue", "cancel", str(job), "--json")
+    assert cancelled.returncode == 1
+    doc = envelope(cancelled)
+    assert doc["errors"] == [f"job {job} ended already (failed)"]
+    assert doc["data"]["jobs"][0]["action"] == "ended already"
+    assert cancelled.stderr == f"gpubox: job {job} ended already (failed)\n"
+
+
+def test_a_job_just_added_is_not_said_to_wait_for_a_daemon_that_runs(queue: QueueBox) -> None:
+    queue.start_daemon()
+    assert queue("queue", "pause").returncode == 0
+    added = queue("queue", "add", "--json", "--gpus", "0", "--", "true")
+    assert added.returncode == 0, added.stderr
+    [record] = envelope(added)["data"]["jobs"]
+    assert record["state"] == "queued" and record["reason"] != DAEMON_DOWN
+
+
+def test_a_cancel_while_no_daemon_runs_starts_one_that_records_the_end(queue: QueueBox) -> None:
+    job = queue.add("--gpus", "0", "--", "sleep", "300")
+    queue.wait_state(job, ("running",), WAIT)
+    assert queue("daemon", "stop").returncode == 0
+    stopped = queue("queue", "cancel", str(job))
+    assert stopped.returncode == 0 and stopped.stdout == f"job {job}: stopping\n", stopped.stderr
+    row = queue.wait_state(job, ("cancelled",), WAIT)  # no other command needed
+    assert row["exit_code"] == 143
+
+
+def test_status_waits_for_a_daemon_that_holds_its_lock_but_does_not_listen_yet(
+    queue: QueueBox, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    tries: list[int] = []
+
+    def ask(path: Any, op: str, timeout: float = 5.0) -> dict[str, Any]:
+        tries.append(1)
+        if len(tries) < 3:
+            raise wire.Unreachable("no socket yet")
+        return {"pid": 42}
+
+    monkeypatch.setattr(wire, "ask", ask)
+    monkeypatch.setattr("gpubox.queue.layout.lock_holder", lambda paths: 42)
+    assert daemon_cli._ask_status(resolve_paths()) == {"pid": 42} and len(tries) == 3
+    # Nobody holds the lock: no daemon is starting, and none is waited for.
+    tries.clear()
+    monkeypatch.setattr("gpubox.queue.layout.lock_holder", lambda paths: None)
+    with pytest.raises(wire.Unreachable):
+        daemon_cli._ask_status(resolve_paths())
+    assert tries == [1]
