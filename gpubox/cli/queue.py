@@ -127,10 +127,13 @@ def ls(
         states = state or (None if show_all else ["queued", "running"])
         jobs = store.list(states)
     view = daemon_view(paths)
-    index, live = gpu_index(view), live_reasons(view)
+    index, live = gpu_index(view, jobs), live_reasons(view)
     records = [job_record(j, live, index) for j in jobs]
     text = job_table(records, {j.id: gpu_request(j, index) for j in jobs}) if records else "no jobs"
     emit("queue ls", {"daemon": view is not None, "jobs": records}, as_json, text)
+    if view is None and not as_json and any(j.state == "running" for j in jobs):
+        # Their ends are recorded by a daemon: a job shown running may have ended meanwhile.
+        sys.stderr.write("gpubox: the daemon is not running: running jobs' ends are recorded once it runs\n")
 
 
 @app.command("show")
@@ -149,8 +152,10 @@ def show(
     with errors(), open_queue_store(paths) as store:
         job = store.require(job_id)
         attempts = store.attempts(job_id)
-    view = daemon_view(paths) if job.state == "queued" else {}
-    index = gpu_index(view)
+    # The daemon says why a queued job waits, and names GPUs by index.
+    held = job.gpu_uuids or any(a.gpu_uuids for a in attempts)
+    view = daemon_view(paths) if job.state == "queued" or held else {}
+    index = gpu_index(view, [job, *attempts])
     record = job_record(job, live_reasons(view) if job.state == "queued" else {}, index, with_env=as_json)
     tries = [attempt_record(a, index) for a in attempts]
     usage, unread = job_usage_record(job_id)

@@ -61,10 +61,22 @@ def box_gpus(why: str = "this job names GPUs") -> list[GpuInfo]:
         source.close()
 
 
-def gpu_index(view: dict[str, Any] | None) -> dict[str, int]:
-    if not view:
-        return {}
-    return {g["uuid"]: g["index"] for g in view.get("gpus", []) if isinstance(g, dict)}
+def gpu_index(view: dict[str, Any] | None, jobs: Sequence[Any] = ()) -> dict[str, int]:
+    """GPU indexes by UUID: the daemon's, or, when no daemon answered and `jobs` hold GPUs, NVML's
+    (a UUID is no name for a person to read); empty when neither can say."""
+    if view:
+        return {g["uuid"]: g["index"] for g in view.get("gpus", []) if isinstance(g, dict)}
+    if view is None and any(j.gpu_uuids for j in jobs):
+        from gpubox.queue.gpus import NoNvml, NvmlGpus
+
+        source = NvmlGpus()
+        try:
+            return {g.uuid: g.index for g in source.read()}
+        except NoNvml:
+            return {}
+        finally:
+            source.close()
+    return {}
 
 
 def live_reasons(view: dict[str, Any] | None) -> dict[int, str] | None:

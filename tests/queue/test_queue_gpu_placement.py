@@ -344,6 +344,24 @@ def test_a_job_pinned_to_a_paused_gpu_does_not_hold_up_jobs_for_the_other_gpus(q
         queue.wait_state(job_id, ("succeeded",), WAIT)
 
 
+def test_with_no_daemon_ls_and_show_still_name_gpus_by_index_and_ls_says_it_is_down(queue: QueueBox) -> None:
+    box = gpus(2)
+    work = start(queue, box)
+    job = add(queue, work, "--gpu", "1")
+    assert running_on(queue, job) == [uuids_of(box)[1]]
+    assert queue("daemon", "stop").returncode == 0
+    listed = queue("queue", "ls", "--json")
+    assert listed.returncode == 0, listed.stderr
+    (record,) = json.loads(listed.stdout)["data"]["jobs"]
+    assert record["gpus"] == [1]
+    text = queue("queue", "ls")
+    assert text.stderr == "gpubox: the daemon is not running: running jobs' ends are recorded once it runs\n"
+    shown = queue("queue", "show", str(job), "--json")
+    doc = json.loads(shown.stdout)["data"]
+    assert doc["job"]["gpus"] == [1] and doc["attempts"][0]["gpus"] == [1]
+    release(work, job)
+
+
 # -- preemption ----------------------------------------------------------------------------
 
 
