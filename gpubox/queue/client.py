@@ -31,14 +31,18 @@ def open_store(paths: Paths) -> JobStore:
 
 
 def start_daemon(paths: Paths, env: Mapping[str, str] | None = None) -> int:
-    """Start `gpubox daemon` in the background, in its own session, logging to the state dir."""
+    """Start `gpubox daemon` in the background, in its own session, logging to the state dir.
+    GpuboxError (exit 2) when its settings are bad: it would only say so in its log and exit."""
     import subprocess
 
-    ensure_private_dir(paths.state_dir)
-    log = os.open(paths.state_dir / DAEMON_LOG, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600)
+    from gpubox.config import load_config
+
     daemon_env = dict(os.environ if env is None else env)
     # It works from /: a setting relative to this client's directory goes to it resolved.
     whole = absolute(paths)
+    load_config(env=daemon_env, paths=whole)  # as the daemon reads them (gpubox/cli/daemon_run.py)
+    ensure_private_dir(paths.state_dir)
+    log = os.open(paths.state_dir / DAEMON_LOG, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600)
     for name, path in (
         ("GPUBOX_STATE_DIR", whole.state_dir),
         ("GPUBOX_RUNTIME_DIR", whole.runtime_dir),

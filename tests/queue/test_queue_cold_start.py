@@ -141,6 +141,27 @@ def test_a_daemon_that_fails_to_start_early_is_started_after_the_jobs_are_stored
     assert failed == [1] and starts == [1]
 
 
+@pytest.mark.parametrize(
+    ("setting", "message"),
+    [
+        (
+            {"GPUBOX_QUEUE_PREEMPT": "2"},
+            "environment variable GPUBOX_QUEUE_PREEMPT: queue.preempt: expected true or false",
+        ),
+        ({"GPUBOX_QUEUE_POLL_INTERVAL": "0"}, "queue.poll_interval: must be more than 0"),
+        ({"GPUBOX_LEDGER_INTERVAL": "soon"}, "GPUBOX_LEDGER_INTERVAL"),
+    ],
+)
+def test_settings_the_daemon_would_refuse_refuse_the_add_that_would_start_it(
+    queue: QueueBox, setting: dict[str, str], message: str
+) -> None:
+    """Else the daemon would say so only in its log and exit, and the job would wait for ever."""
+    result = queue("queue", "add", "--gpus", "0", "--", "true", env=setting)
+    assert result.returncode == 2 and result.stdout == ""
+    assert result.stderr.startswith("gpubox: ") and message in result.stderr and result.stderr.count("\n") == 1
+    assert not queue.rows() and queue.daemon_pid() is None
+
+
 def test_the_real_first_add_runs_its_jobs_with_one_daemon(queue: QueueBox) -> None:
     jobs = queue.home / "jobs.txt"
     jobs.write_text("true\n" * 5)
