@@ -183,6 +183,8 @@ def logs(
             raise ValueError(f"job {job_id} has no attempt {attempt} (it has {job.attempt})")
         if not follow:
             store.close()
+            if job.attempt == 0 and job.state in END_STATES:
+                raise GpuboxError(f"job {job_id} never ran ({job.state}): no log", ExitCode.FAILED)
             if job.attempt == 0:
                 raise GpuboxError(f"job {job_id} has not started yet: no log", ExitCode.FAILED)
             path = attempt_log(paths, job, attempt, stderr)
@@ -209,7 +211,11 @@ def logs(
 
         def ended() -> bool:
             keep()
-            return store.require(job_id).state in END_STATES
+            latest = store.require(job_id)
+            if latest.state in END_STATES:
+                return True
+            # --attempt N: its log is whole once it is not the one running (a retry may follow).
+            return attempt is not None and (latest.attempt > attempt or latest.state != "running")
 
         try:
             for chunk in follow_log(current, ended):

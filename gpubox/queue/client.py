@@ -225,6 +225,8 @@ def follow(
     while True:
         path = path_for()
         if path != current:
+            if current is not None:  # a new attempt: the one before ended, and its end is read first
+                yield from _rest(current, offset)
             current, offset = path, 0
         chunk = b""
         if current is not None:
@@ -241,6 +243,13 @@ def follow(
                 return
             continue
         sleep(0.2)
+
+
+def _rest(path: Path, offset: int) -> Iterator[bytes]:
+    with suppress(FileNotFoundError), open(path, "rb") as fh:
+        fh.seek(offset)
+        while chunk := fh.read(1 << 16):
+            yield chunk
 
 
 def remove_logs(paths: Paths, ids: Sequence[int]) -> None:

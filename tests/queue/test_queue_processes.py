@@ -450,6 +450,66 @@ def read_line(proc: subprocess.Popen[bytes], timeout: float) -> bytes:
     return data
 
 
+def follow_logs(queue: QueueBox, *args: str) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "gpubox", "queue", "logs", "-f", *args],
+        env={**os.environ, **queue.env, **queue.extra_env},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        stdin=subprocess.DEVNULL,
+    )
+
+
+RETRIED = (
+    "echo att $GPUBOX_JOB_ATTEMPT start; while [ ! -e {go}.$GPUBOX_JOB_ATTEMPT ]; do sleep 0.02; done;"
+    " echo att $GPUBOX_JOB_ATTEMPT end; exit 6"
+)
+
+
+def test_logs_follow_reads_the_end_of_an_attempt_before_the_next_ones_log(queue: QueueBox, tmp_path: Path) -> None:
+    go = tmp_path / "go"
+    job_id = queue.add("--gpus", "0", "--retries", "1", "--shell", "--", RETRIED.format(go=go))
+    follower = follow_logs(queue, str(job_id))
+    try:
+        assert read_line(follower, HANG) == b"att 1 start\n"
+        # The attempt ends and the retry starts while the follower waits between two reads.
+        (tmp_path / "go.1").touch()
+        queue.wait_state(job_id, ("running",), HANG)
+        wait_until(lambda: queue.job(job_id)["attempt"] == 2, HANG, "the retry to start")
+        (tmp_path / "go.2").touch()
+        rest, err = follower.communicate(timeout=HANG)
+    finally:
+        if follower.poll() is None:
+            follower.kill()
+            follower.wait()
+    assert rest.decode() == "att 1 end\natt 2 start\natt 2 end\n", err
+
+
+def test_logs_follow_of_one_attempt_ends_with_it_and_a_job_that_never_ran_says_so(
+    queue: QueueBox, tmp_path: Path
+) -> None:
+    go = tmp_path / "go"
+    job_id = queue.add("--gpus", "0", "--retries", "1", "--shell", "--", RETRIED.format(go=go))
+    queue.wait_state(job_id, ("running",), HANG)
+    follower = follow_logs(queue, "--attempt", "1", str(job_id))
+    try:
+        assert read_line(follower, HANG) == b"att 1 start\n"
+        (tmp_path / "go.1").touch()
+        rest, err = follower.communicate(timeout=HANG)  # attempt 2 runs on, held
+    finally:
+        if follower.poll() is None:
+            follower.kill()
+            follower.wait()
+    assert (follower.returncode, rest) == (0, b"att 1 end\n"), err
+    assert queue.job(job_id)["state"] in ("queued", "running")  # the retry, not over
+    (tmp_path / "go.2").touch()
+    queue.wait_state(job_id, ("failed",), HANG)
+    dependant = queue.add("--gpus", "0", "--after", str(job_id), "--", "true")
+    queue.wait_state(dependant, ("failed",), HANG)
+    shown = queue("queue", "logs", str(dependant))
+    assert (shown.returncode, shown.stderr) == (1, f"gpubox: job {dependant} never ran (failed): no log\n")
+
+
 def test_logs_follow_streams_until_the_job_ends(queue: QueueBox, tmp_path: Path) -> None:
     script = (
         f"echo first; {hold_until(tmp_path / 'go')};"
