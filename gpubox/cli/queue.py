@@ -16,6 +16,7 @@ from gpubox.cli.queue_support import (
     add_jobs,
     box_gpus,
     emit,
+    emit_then_fail,
     errors,
     gpu_index,
     json_command,
@@ -23,6 +24,7 @@ from gpubox.cli.queue_support import (
     live_reasons,
     open_queue_store,
     queue_paths,
+    wake,
 )
 from gpubox.exit_codes import ExitCode, GpuboxError
 
@@ -229,21 +231,24 @@ def logs(
 @json_command("queue cancel")
 def cancel(ids: IDS, as_json: JSON = False) -> None:
     """Cancel queued jobs; stop running ones (SIGTERM to the whole tree, SIGKILL after a grace period)."""
-    from gpubox.queue.client import cancel_jobs, wake_daemon
+    from gpubox.queue.client import cancel_jobs
     from gpubox.queue.records import job_record
 
     paths = queue_paths()
+    failure = None
     with errors(), open_queue_store(paths) as store:
+        if any(store.require(job_id).state == "running" for job_id in ids):
+            # A daemon records a stopped job's end: one runs before the signal (a job that
+            # cancels itself is stopped with this client in it).
+            failure = wake(paths)
         results = cancel_jobs(store, ids)
-    if any(r.action == "stopping" for r in results):
-        wake_daemon(paths)  # its end is recorded by a daemon: one must run
     ended = [f"job {r.job.id} ended already ({r.job.state})" for r in results if r.action == "ended already"]
     lines = [f"job {r.job.id}: {r.action}" for r in results if r.action != "ended already"]
-    data = {"jobs": [{**job_record(r.job, {}), "action": r.action} for r in results]}
-    code = ExitCode.FAILED if ended else ExitCode.OK
-    emit("queue cancel", data, as_json, "\n".join(lines), ended, code)
+    data = {"jobs": [{**job_record(r.job, None if failure else {}), "action": r.action} for r in results]}
     for message in ended:
         sys.stderr.write(f"gpubox: {message}\n")
+    code = ExitCode.FAILED if ended else ExitCode.OK
+    emit_then_fail("queue cancel", data, as_json, "\n".join(lines), failure, ended, code)
     if ended:
         raise typer.Exit(int(code))
 
@@ -290,7 +295,6 @@ def wait(
 @json_command("queue retry")
 def retry(ids: IDS, as_json: JSON = False) -> None:
     """Queue finished jobs again (failed, cancelled, timed out, lost or succeeded)."""
-    from gpubox.queue.client import wake_daemon
     from gpubox.queue.records import job_record
 
     paths = queue_paths()
@@ -300,12 +304,13 @@ def retry(ids: IDS, as_json: JSON = False) -> None:
             if job.state in ("queued", "running"):
                 raise ValueError(f"job {job_id} is {job.state}; only a finished job can be retried")
         jobs = [store.requeue(job_id) for job_id in ids]
-    wake_daemon(paths)
-    emit(
+    failure = wake(paths)
+    emit_then_fail(
         "queue retry",
-        {"jobs": [job_record(j, {}) for j in jobs]},
+        {"jobs": [job_record(j, None if failure else {}) for j in jobs]},
         as_json,
         "\n".join(f"job {j.id}: queued" for j in jobs),
+        failure,
     )
 
 
@@ -339,15 +344,15 @@ def resume(
     gpu: Annotated[str | None, typer.Option("--gpu", help="Only this GPU (index or UUID).")] = None,
 ) -> None:
     """Start jobs again (on one GPU, with --gpu)."""
-    from gpubox.queue.client import wake_daemon
-
     paths = queue_paths()
     with errors():
         target, label = _pause_target(gpu)
         with open_queue_store(paths) as store:
             changed = store.resume(target)
-    wake_daemon(paths)
+    failure = wake(paths)
     sys.stdout.write(f"{label}: resumed\n" if changed else f"{label}: was not paused\n")
+    if failure is not None:
+        raise failure
 
 
 @app.command("clean")
@@ -384,7 +389,6 @@ def edit(
     as_json: JSON = False,
 ) -> None:
     """Change a queued job's priority, GPUs or time limit."""
-    from gpubox.queue.client import wake_daemon
     from gpubox.queue.parse import parse_duration, parse_size
     from gpubox.queue.records import job_record
     from gpubox.queue.submit import AddOptions, GpuLookup, build_spec
@@ -413,5 +417,7 @@ def edit(
             raise ValueError("nothing to change: give --priority, --gpus, --gpu, --gpu-mem or --time-limit")
         with open_queue_store(paths) as store:
             job = store.edit(job_id, changes)
-    wake_daemon(paths)
-    emit("queue edit", {"job": job_record(job, {})}, as_json, f"job {job.id}: updated")
+    failure = wake(paths)
+    emit_then_fail(
+        "queue edit", {"job": job_record(job, None if failure else {})}, as_json, f"job {job.id}: updated", failure
+    )

@@ -129,6 +129,39 @@ def json_command(command: str) -> Callable[[F], F]:
     return wrap
 
 
+class SaidAlready(GpuboxError):
+    """A failure the command's output carries already (in its JSON envelope's errors)."""
+
+
+def wake(paths: Paths, started: bool = False) -> GpuboxError | None:
+    """Wake the daemon (start it when none runs) after a change that is committed: its failure,
+    to be said after the change's own output, which must not be lost; None when it is up."""
+    from gpubox.queue.client import wake_daemon
+
+    try:
+        wake_daemon(paths, started)
+    except GpuboxError as exc:
+        return exc
+    return None
+
+
+def emit_then_fail(
+    command: str,
+    data: Any,
+    as_json: bool,
+    text: str,
+    failure: GpuboxError | None,
+    errors: Sequence[str] = (),
+    code: int = ExitCode.OK,
+) -> None:
+    """emit, then end with `failure` (a daemon that could not be started), whose message the JSON
+    carries too; `errors` and `code`: the command's own, when it has no failure."""
+    said = [*errors, *([failure.message] if failure else [])]
+    emit(command, data, as_json, text, said, failure.code if failure else code)
+    if failure is not None:
+        raise SaidAlready(failure.message, failure.code)
+
+
 @contextmanager
 def json_failure(command: str, as_json: bool) -> Iterator[None]:
     """A command asked for --json that fails still prints an envelope: `data` null, the message in
@@ -136,7 +169,7 @@ def json_failure(command: str, as_json: bool) -> Iterator[None]:
     try:
         yield
     except GpuboxError as exc:
-        if as_json:
+        if as_json and not isinstance(exc, SaidAlready):
             from gpubox.cli.output import print_json
 
             print_json(command, None, exc.code, [exc.message])
@@ -145,9 +178,20 @@ def json_failure(command: str, as_json: bool) -> Iterator[None]:
 
 def add_jobs(command: Sequence[str] | None, opts: AddOptions, file: Path | None, as_json: bool) -> None:
     """`gpubox queue add`: build the specs, add them all or none, wake the daemon, print the ids."""
-    from gpubox.queue.client import start_daemon_early, wake_daemon
-    from gpubox.queue.jobs import KINDS, check_spec
+    with json_failure("queue add", as_json):
+        jobs, paths, started = _store_jobs(command, opts, file)
+    failure = wake(paths, started)
     from gpubox.queue.records import job_record
+
+    # The daemon was woken: its next pass says why each job waits (or it could not be started).
+    records = [job_record(j, None if failure else {}) for j in jobs]
+    emit_then_fail("queue add", {"jobs": records}, as_json, "\n".join(str(j.id) for j in jobs), failure)
+
+
+def _store_jobs(command: Sequence[str] | None, opts: AddOptions, file: Path | None) -> tuple[list[Any], Paths, bool]:
+    """The jobs of `queue add`, stored; the paths; whether a daemon was started for them."""
+    from gpubox.queue.client import start_daemon_early
+    from gpubox.queue.jobs import KINDS, check_spec
     from gpubox.queue.submit import GpuLookup, build_spec, parse_job_file
 
     try:
@@ -159,7 +203,7 @@ def add_jobs(command: Sequence[str] | None, opts: AddOptions, file: Path | None,
     lookup = GpuLookup(box_gpus)
     base_env = dict(os.environ)
     paths = queue_paths()
-    with json_failure("queue add", as_json), errors():
+    with errors():
         if file is not None:
             if command:
                 raise ValueError("give either --file or a command, not both")
@@ -190,18 +234,4 @@ def add_jobs(command: Sequence[str] | None, opts: AddOptions, file: Path | None,
                         if store.get(dep) is None:
                             raise ValueError(f"{file}:{number}: job {dep} (named in after) does not exist")
             jobs = store.add_many(specs)
-    failure: GpuboxError | None = None
-    try:
-        wake_daemon(paths, started)
-    except GpuboxError as exc:  # stored, the jobs are said even when no daemon could be started for them
-        failure = exc
-    emit(
-        "queue add",
-        {"jobs": [job_record(j, {}) for j in jobs]},  # the daemon was woken: its next pass says why
-        as_json,
-        "\n".join(str(j.id) for j in jobs),
-        [failure.message] if failure else None,
-        failure.code if failure else ExitCode.OK,
-    )
-    if failure is not None:
-        raise failure
+    return jobs, paths, started

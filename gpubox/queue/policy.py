@@ -79,7 +79,6 @@ class Wait:
 class _Blocked:
     job: JobRequest
     earliest: float | None
-    wants: frozenset[str]  # every GPU it could ever start on
 
 
 def gib(n: int) -> str:
@@ -233,6 +232,7 @@ def place_jobs(
     starts: list[Start] = []
     waits: list[Wait] = []
     blocked: list[_Blocked] = []
+    wanted: set[str] = set()  # every GPU a job that waits ahead could ever start on
     for job in sorted(pending, key=lambda j: _rank(j, config)):
         if _gpu_count(job) == 0:
             if len(cpu_jobs) < config.max_cpu_jobs:
@@ -253,16 +253,20 @@ def place_jobs(
         if len(fit) < _gpu_count(job):
             reasons = ", ".join(p for _, p in problems if p is not None)
             waits.append(Wait(job.id, f"{_need_text(job, board)}: {reasons}"))
-            blocked.append(_Blocked(job, _earliest(job, board), frozenset(g.uuid for g in candidates)))
+            blocked.append(_Blocked(job, _earliest(job, board)))
+            wanted.update(g.uuid for g in candidates)
             continue
-        # GPUs no blocked job ahead could ever use first: taking them delays none of those jobs.
-        aside = [g for g in fit if not any(g.uuid in b.wants for b in blocked)]
+        # GPUs no job waiting ahead could ever use first: taking them delays none of those jobs.
+        aside = [g for g in fit if g.uuid not in wanted]
         if len(aside) >= _gpu_count(job):
             fit = aside
         else:
             refusal = _behind(job, blocked, now, config)
             if refusal is not None:
                 waits.append(Wait(job.id, refusal))
+                # It waits behind the blocked jobs, which it cannot start before: a time-limited
+                # job that ends before they could start delays it no more than them.
+                wanted.update(g.uuid for g in candidates)
                 continue
             fit = aside + [g for g in fit if g not in aside]
         if job.gpu_ids is None:

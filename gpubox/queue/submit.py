@@ -78,7 +78,7 @@ def build_spec(
     for item in opts.tags:
         key, value = parse_tag(item)
         tags[key] = value
-    if opts.cwd is not None and not opts.cwd.strip():
+    if opts.cwd == "":
         raise ValueError("the working directory (--cwd) is empty")
     cwd = os.path.abspath(os.path.join(base_cwd, os.path.expanduser(opts.cwd))) if opts.cwd else base_cwd
     if not os.path.isdir(cwd):

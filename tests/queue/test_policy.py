@@ -219,6 +219,17 @@ def test_a_job_that_can_use_only_other_gpus_passes_a_blocked_job() -> None:
     ]
 
 
+def test_a_job_waiting_behind_a_blocked_one_keeps_its_gpus_from_jobs_further_back() -> None:
+    """Job 2 waits behind job 1 and could use GPU 2, which job 1 cannot: job 3, further back and
+    without a time limit, does not take it (it could outlive job 1 and delay job 2)."""
+    gpus = [gpu(0), gpu(1), gpu(2, total_gib=24)]
+    pending = [job(1, gpus=2, mem_gib=60), job(2, at=1, gpus=2), job(3, at=2)]
+    starts, waits = place_jobs(pending, [run(9, "GPU-0")], gpus, now=0)
+    assert starts == []
+    assert [w.job_id for w in waits] == [1, 2, 3]
+    assert waits[2].reason == "waits behind job 1 (ahead in the queue); only a job with a time limit can start ahead"
+
+
 def test_a_backfilled_job_takes_gpus_the_blocked_job_cannot_use_first() -> None:
     gpus = [gpu(0), gpu(1), gpu(2, total_gib=24)]
     running = [run(9, "GPU-0", ends_by=1000)]

@@ -4,6 +4,10 @@ the message in `errors`), and every envelope's `exit_code` is the one the comman
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -102,3 +106,77 @@ def test_status_waits_for_a_daemon_that_holds_its_lock_but_does_not_listen_yet(
     with pytest.raises(wire.Unreachable):
         daemon_cli._ask_status(resolve_paths())
     assert tries == [1]
+
+
+# When no daemon can be started (here: its log, a directory, cannot be opened), a command that
+# changed the queue says what it did all the same, then fails with exit 4.
+
+NO_DAEMON = "could not start the daemon (Is a directory): queued jobs wait until `gpubox daemon` runs"
+
+
+def no_daemon_can_start(queue: QueueBox) -> None:
+    log = queue.state_dir / "daemon.log"
+    log.unlink(missing_ok=True)
+    log.mkdir(parents=True)
+
+
+def test_add_with_no_daemon_says_the_jobs_and_that_they_wait_for_it(queue: QueueBox) -> None:
+    no_daemon_can_start(queue)
+    added = queue("queue", "add", "--json", "--gpus", "0", "--", "true")
+    assert added.returncode == 4
+    doc = envelope(added)
+    assert doc["errors"] == [NO_DAEMON] and added.stderr == f"gpubox: {NO_DAEMON}\n"
+    [record] = doc["data"]["jobs"]
+    assert record["state"] == "queued" and record["reason"] == DAEMON_DOWN
+
+
+def test_retry_edit_and_cancel_with_no_daemon_say_what_they_did(queue: QueueBox) -> None:
+    job = queue.add("--gpus", "0", "--", "false")
+    queue.wait_state(job, ("failed",), WAIT)
+    running = queue.add("--gpus", "0", "--", "sleep", "300")
+    queue.wait_state(running, ("running",), WAIT)
+    assert queue("daemon", "stop").returncode == 0
+    no_daemon_can_start(queue)
+    retried = queue("queue", "retry", str(job))
+    assert (retried.returncode, retried.stdout, retried.stderr) == (4, f"job {job}: queued\n", f"gpubox: {NO_DAEMON}\n")
+    edited = queue("queue", "edit", str(job), "--priority", "3", "--json")
+    assert edited.returncode == 4
+    doc = envelope(edited)
+    assert doc["data"]["job"]["priority"] == 3 and doc["errors"] == [NO_DAEMON]
+    cancelled = queue("queue", "cancel", str(running), str(job), "--json")
+    assert cancelled.returncode == 4
+    doc = envelope(cancelled)
+    assert [j["action"] for j in doc["data"]["jobs"]] == ["stopping", "cancelled"] and doc["errors"] == [NO_DAEMON]
+    assert queue.job(job)["state"] == "cancelled"
+
+
+def test_a_job_that_cancels_itself_while_no_daemon_runs_is_recorded_cancelled(queue: QueueBox, tmp_path: Path) -> None:
+    go = tmp_path / "go"
+    script = (
+        f"while [ ! -e {go} ]; do sleep 0.02; done; {sys.executable} -m gpubox queue cancel $GPUBOX_JOB_ID; sleep 300"
+    )
+    job = queue.add("--gpus", "0", "--shell", "--", script)
+    queue.wait_state(job, ("running",), WAIT)
+    assert queue("daemon", "stop").returncode == 0
+    go.touch()
+    assert queue.wait_state(job, ("cancelled",), WAIT)["exit_code"] == 143
+
+
+def test_add_from_a_directory_that_was_removed_prints_an_envelope(queue: QueueBox, tmp_path: Path) -> None:
+    gone = tmp_path / "gone"
+    gone.mkdir()
+    result = subprocess.run(
+        [
+            "sh",
+            "-c",
+            f'cd {gone} && rmdir {gone} && exec "$0" -m gpubox queue add --json --gpus 0 -- true',
+            sys.executable,
+        ],
+        capture_output=True,
+        text=True,
+        env={**os.environ, **queue.env},
+        timeout=WAIT,
+    )
+    assert result.returncode == 2
+    doc = envelope(result)
+    assert doc["data"] is None and doc["errors"] == ["the current directory no longer exists; give --cwd"]
