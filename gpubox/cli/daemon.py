@@ -56,17 +56,27 @@ def _ask_status(paths: Any) -> dict[str, Any]:
 def status(as_json: JSON = False) -> None:
     """Say whether the daemon runs, with its pid and queue counts; exit 4 when it does not."""
     from gpubox.paths import resolve_paths
+    from gpubox.queue.layout import lock_holder, socket_path
     from gpubox.queue.wire import Unreachable
 
+    paths = resolve_paths()
     try:
-        info = _ask_status(resolve_paths())
+        info = _ask_status(paths)
     except Unreachable as exc:
+        holder = lock_holder(paths)
+        if holder is None:
+            why, message = str(exc), f"the daemon is not running: {exc}"
+        else:  # it runs, but not where this client looks for its socket
+            why = message = (
+                f"a daemon (pid {holder}) holds {paths.state_dir} but does not answer on {socket_path(paths)}:"
+                " is GPUBOX_RUNTIME_DIR the one it was started with?"
+            )
         if as_json:
             from gpubox.cli.output import print_json
 
-            print_json("daemon status", {"running": False}, ExitCode.DAEMON_UNREACHABLE, [str(exc)])
+            print_json("daemon status", {"running": False}, ExitCode.DAEMON_UNREACHABLE, [why])
             raise typer.Exit(int(ExitCode.DAEMON_UNREACHABLE)) from None
-        raise GpuboxError(f"the daemon is not running: {exc}", ExitCode.DAEMON_UNREACHABLE) from None
+        raise GpuboxError(message, ExitCode.DAEMON_UNREACHABLE) from None
     if as_json:
         from gpubox.cli.output import print_json
 

@@ -39,6 +39,25 @@ def test_nightly_eval_cron_queues_one_job_that_runs_in_the_project(queue: QueueB
     assert os.access(REPO / "examples/cron/nightly-eval.sh", os.X_OK)
 
 
+def test_nightly_eval_jobs_find_their_tool_on_eval_path_under_crons_path(queue: QueueBox, tmp_path: Path) -> None:
+    """The job keeps the environment it was queued with, cron's short PATH: EVAL_PATH adds the
+    folder of what runs the eval (a venv's bin)."""
+    project, tools = tmp_path / "project", tmp_path / "venv-bin"
+    project.mkdir()
+    tools.mkdir()
+    tool = tools / "run-eval"
+    tool.write_text("#!/bin/sh\necho evaluated > result\n")
+    tool.chmod(0o755)
+    env = _env(queue, EVAL_PROJECT=str(project), EVAL_CMD="run-eval", EVAL_PATH=str(tools))
+    env["PATH"] = "/usr/bin:/bin"
+    result = subprocess.run(
+        [str(REPO / "examples/cron/nightly-eval.sh")], env=env, capture_output=True, text=True, timeout=60
+    )
+    assert result.returncode == 0, result.stderr
+    assert queue("queue", "wait", result.stdout.strip()).returncode == 0
+    assert (project / "result").read_text() == "evaluated\n"
+
+
 def test_quantize_runs_after_training_succeeds(queue: QueueBox, tmp_path: Path) -> None:
     env = _env(queue, TRAIN_CMD=f"echo trained > {tmp_path}/ckpt", QUANT_CMD=f"cat {tmp_path}/ckpt > {tmp_path}/q")
     result = subprocess.run(
@@ -78,3 +97,5 @@ def test_systemd_units_run_the_daemon_and_leave_jobs_running() -> None:
         # Stopping the unit must not kill the jobs in its cgroup: they outlive the daemon.
         assert lines["KillMode"] == "process"
         assert lines["Type"] == "simple"
+        # A daemon a client started first gives way (a second one would exit, failing the unit).
+        assert lines["ExecStartPre"].startswith("-") and lines["ExecStartPre"].endswith("gpubox daemon stop")

@@ -180,3 +180,13 @@ def test_add_from_a_directory_that_was_removed_prints_an_envelope(queue: QueueBo
     assert result.returncode == 2
     doc = envelope(result)
     assert doc["data"] is None and doc["errors"] == ["the current directory no longer exists; give --cwd"]
+
+
+def test_status_names_a_daemon_that_runs_but_listens_elsewhere(queue: QueueBox, tmp_path: Path) -> None:
+    queue.start_daemon()
+    elsewhere = {"GPUBOX_RUNTIME_DIR": str(tmp_path / "other-run")}
+    result = queue("daemon", "status", env=elsewhere)
+    assert result.returncode == 4
+    pid = queue.daemon_pid()
+    assert result.stderr.startswith(f"gpubox: a daemon (pid {pid}) holds {queue.state_dir} but does not answer on ")
+    assert result.stderr.endswith("is GPUBOX_RUNTIME_DIR the one it was started with?\n")
