@@ -131,7 +131,7 @@ _gpubox() {
         "gpubox queue add")
             case "$prev" in
                 --name) COMPREPLY=(); return ;;
-                --kind) COMPREPLY=(); return ;;
+                --kind) mapfile -t COMPREPLY < <(compgen -W 'infer quantize train batch other' -- "$cur"); return ;;
                 --gpus) COMPREPLY=(); return ;;
                 --gpu) COMPREPLY=(); return ;;
                 --gpu-mem) COMPREPLY=(); return ;;
@@ -141,7 +141,7 @@ _gpubox() {
                 --retries) COMPREPLY=(); return ;;
                 --tag) COMPREPLY=(); return ;;
                 --env) COMPREPLY=(); return ;;
-                --cwd) COMPREPLY=(); return ;;
+                --cwd) mapfile -t COMPREPLY < <(compgen -f -- "$cur"); return ;;
                 --file) mapfile -t COMPREPLY < <(compgen -f -- "$cur"); return ;;
             esac
             words='--name --kind --gpus --gpu --gpu-mem --priority --after --time-limit --retries --tag --env --cwd --shell --no-probe --share --file --json -h --help'
@@ -149,7 +149,7 @@ _gpubox() {
             ;;
         "gpubox queue ls")
             case "$prev" in
-                --state) COMPREPLY=(); return ;;
+                --state) mapfile -t COMPREPLY < <(compgen -W 'queued running succeeded failed cancelled timeout lost' -- "$cur"); return ;;
             esac
             words='-a --all --state --json -h --help'
             ;;

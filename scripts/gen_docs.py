@@ -47,7 +47,28 @@ SETTING_HELP = {
     "ledger.minute_retention_days": "Days of GPU use kept per minute (reports of older windows are exact to the hour).",
     "report.gpu_hour_price": "Price of one GPU-hour: reports show costs when it is set.",
     "report.kwh_price": "Price of one kWh: reports add the energy's cost when it is set.",
+    "queue.default_gpus": "GPUs a job gets when it does not say, on a box with GPUs (0 on a box without).",
+    "queue.max_cpu_jobs": "CPU-only jobs (\\fB--gpus 0\\fR) that run at once.",
+    "queue.kind_order": "The kinds, most urgent first: between equal priorities, jobs start in this order.",
+    "queue.backfill": "A job with a time limit that ends before a waiting job could start may start ahead of it: "
+    "\\fBtrue\\fR or \\fBfalse\\fR.",
+    "queue.preempt": "A waiting \\fBinfer\\fR job stops \\fBbatch\\fR jobs to take their GPUs (they are queued "
+    "again): \\fBtrue\\fR or \\fBfalse\\fR.",
+    "queue.kill_grace": "Seconds between SIGTERM and SIGKILL when a job is stopped (cancel, time limit, preemption).",
+    "queue.poll_interval": "Seconds between the daemon's looks at GPU memory and the whole queue.",
 }
+
+
+# Options whose values gpubox checks itself (for its own one-line messages) rather than through
+# a Choice type, and text options that name a path: completion offers them all the same.
+def _checked_values() -> dict[str, tuple[str, ...]]:
+    from gpubox.queue.jobs import KINDS, STATES
+
+    return {"--kind": KINDS, "--state": STATES}
+
+
+CHECKED_VALUES = _checked_values()
+TEXT_PATHS = {"--cwd"}
 
 
 # The command tree, reduced to what the completions and man pages show.
@@ -80,6 +101,8 @@ class Node:
     children: tuple[Node, ...]
     # Options end at the first argument (`gpubox run python -u x.py`): the synopsis shows [--].
     ends_options: bool = False
+    # The group runs on its own too (`gpubox daemon`): the synopsis shows [COMMAND [ARGS]...].
+    command_optional: bool = False
 
     @property
     def name(self) -> str:
@@ -113,6 +136,8 @@ def _param(p: Any, rich_markup: bool) -> Param:
         names = sorted(set(names), key=lambda n: (n.startswith("--"), n))
     flag = is_option and (p.is_flag or p.count)
     choices = tuple(str(c) for c in getattr(p.type, "choices", ()) or ())
+    if not choices and is_option:
+        choices = next((CHECKED_VALUES[n] for n in names if n in CHECKED_VALUES), ())
     if flag:
         metavar = None
     elif p.metavar:
@@ -131,7 +156,7 @@ def _param(p: Any, rich_markup: bool) -> Param:
         help=_plain(getattr(p, "help", None), rich_markup),
         metavar=metavar,
         choices=choices,
-        is_path=p.type.name in PATH_TYPES,
+        is_path=p.type.name in PATH_TYPES or any(n in TEXT_PATHS for n in names),
         default=default,
         envvar=tuple(envvar),
         required=bool(p.required),
@@ -159,6 +184,7 @@ def build_tree(command: Any, path: tuple[str, ...], parent: Any = None) -> Node:
         arguments=tuple(_param(p, rich_markup) for p in params if p.param_type_name == "argument"),
         children=tuple(children),
         ends_options=not children and bool(params) and not ctx.allow_interspersed_args,
+        command_optional=bool(children) and bool(getattr(command, "invoke_without_command", False)),
     )
 
 
@@ -429,7 +455,9 @@ def _usage(node: Node) -> list[tuple[str, str]]:
     pieces = [("B", node.name)]
     if node.options:
         pieces += [("R", "["), ("I", "OPTIONS"), ("R", "]")]
-    if node.children:
+    if node.children and node.command_optional:
+        pieces += [("R", "["), ("I", "COMMAND"), ("R", "["), ("I", "ARGS"), ("R", "]...]")]
+    elif node.children:
         pieces += [("I", "COMMAND"), ("R", "["), ("I", "ARGS"), ("R", "]...")]
     if node.ends_options and node.arguments:
         pieces.append(("R", "[--]"))
@@ -486,9 +514,15 @@ def _settings(node: Node) -> list[tuple[str, str]]:
     rows = []
     for key, (_, default) in SCHEMA.items():
         scope = key.partition(".")[0] if "." in key else None
-        scope = {"ledger": "daemon"}.get(scope or "", scope)  # the daemon records GPU use
-        if command is None or scope in (None, command):
-            shown = str(default).lower() if isinstance(default, bool) else str(default)
+        # The daemon reads the queue's settings and records GPU use (the ledger's).
+        scopes = {"ledger": ("daemon",), "queue": ("queue", "daemon")}.get(scope or "", (scope,))
+        if command is None or scope is None or command in scopes:
+            if isinstance(default, bool):
+                shown = str(default).lower()
+            elif isinstance(default, (list, tuple)):
+                shown = ",".join(map(str, default))
+            else:
+                shown = str(default)
             help_text = SETTING_HELP.get(key) or DOCTOR_HELP.get(key) or f"The setting \\fB{key}\\fR."
             rows.append((env_name(key), f"{help_text} Setting \\fB{key}\\fR; default {shown}."))
     return rows

@@ -177,6 +177,9 @@ def test_bash_completes_commands_options_and_skips_option_values() -> None:
     assert _bash_complete(script, "gpubox top --interval ") == []  # a number: nothing to offer
     assert _bash_complete(script, "gpubox top -i 2 --js") == ["--json"]
     assert "--demo-gpus" not in _bash_complete(script, "gpubox top --demo")
+    # Values gpubox checks itself, not through a Choice type, are offered all the same.
+    assert _bash_complete(script, "gpubox queue add --kind ") == ["batch", "infer", "other", "quantize", "train"]
+    assert _bash_complete(script, "gpubox queue ls --state r") == ["running"]
 
 
 def test_fish_completes_commands_and_options() -> None:

@@ -11,7 +11,9 @@ import typer
 from gpubox.exit_codes import ExitCode, GpuboxError
 
 app = typer.Typer(
-    help="The queue daemon: starts jobs as GPUs free up (clients start it when it is not running).",
+    help="The queue daemon: starts jobs as GPUs free up (clients start it when it is not running).\n\n"
+    "`gpubox daemon` alone runs it in the foreground, as systemd does; the first queue command that needs it "
+    "starts it in the background.",
     invoke_without_command=True,
     rich_markup_mode=None,
 )
