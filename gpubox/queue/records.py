@@ -11,10 +11,11 @@ DAEMON_DOWN = "the daemon is not running (gpubox daemon status)"
 
 
 def gpu_request(job: Job, gpu_index: Mapping[str, int]) -> str:
-    """What a job asked for, as a short text: "1", "2", "0,3", "cpu", "auto"; with memory."""
+    """What a job asked for, as a short text: a count ("1", "2"), GPUs by name ("#0,3": GPUs 0
+    and 3, never to be read as a count), "cpu", "auto"; with the memory per GPU ("2×40G")."""
     spec = job.spec
     if spec.gpu_ids is not None:
-        text = ",".join(str(gpu_index.get(u, u[:12])) for u in spec.gpu_ids)
+        text = "#" + ",".join(str(gpu_index.get(u, u[:12])) for u in spec.gpu_ids)
     elif spec.gpus == 0:
         text = "cpu"
     elif spec.gpus is None:
