@@ -7,6 +7,7 @@ test creates, and every timeout is only a guard against a hang.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import select
@@ -16,6 +17,7 @@ import subprocess
 import sys
 import time
 from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -450,14 +452,22 @@ def read_line(proc: subprocess.Popen[bytes], timeout: float) -> bytes:
     return data
 
 
-def follow_logs(queue: QueueBox, *args: str) -> subprocess.Popen[bytes]:
-    return subprocess.Popen(
+@contextlib.contextmanager
+def following(queue: QueueBox, *args: str) -> Iterator[subprocess.Popen[bytes]]:
+    """`queue logs -f ARGS` in the background, killed at the end if it is still running."""
+    follower = subprocess.Popen(
         [sys.executable, "-m", "gpubox", "queue", "logs", "-f", *args],
         env={**os.environ, **queue.env, **queue.extra_env},
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         stdin=subprocess.DEVNULL,
     )
+    try:
+        yield follower
+    finally:
+        if follower.poll() is None:
+            follower.kill()
+            follower.wait()
 
 
 RETRIED = (
@@ -469,19 +479,13 @@ RETRIED = (
 def test_logs_follow_reads_the_end_of_an_attempt_before_the_next_ones_log(queue: QueueBox, tmp_path: Path) -> None:
     go = tmp_path / "go"
     job_id = queue.add("--gpus", "0", "--retries", "1", "--shell", "--", RETRIED.format(go=go))
-    follower = follow_logs(queue, str(job_id))
-    try:
+    with following(queue, str(job_id)) as follower:
         assert read_line(follower, HANG) == b"att 1 start\n"
         # The attempt ends and the retry starts while the follower waits between two reads.
         (tmp_path / "go.1").touch()
-        queue.wait_state(job_id, ("running",), HANG)
         wait_until(lambda: queue.job(job_id)["attempt"] == 2, HANG, "the retry to start")
         (tmp_path / "go.2").touch()
         rest, err = follower.communicate(timeout=HANG)
-    finally:
-        if follower.poll() is None:
-            follower.kill()
-            follower.wait()
     assert rest.decode() == "att 1 end\natt 2 start\natt 2 end\n", err
 
 
@@ -491,15 +495,10 @@ def test_logs_follow_of_one_attempt_ends_with_it_and_a_job_that_never_ran_says_s
     go = tmp_path / "go"
     job_id = queue.add("--gpus", "0", "--retries", "1", "--shell", "--", RETRIED.format(go=go))
     queue.wait_state(job_id, ("running",), HANG)
-    follower = follow_logs(queue, "--attempt", "1", str(job_id))
-    try:
+    with following(queue, "--attempt", "1", str(job_id)) as follower:
         assert read_line(follower, HANG) == b"att 1 start\n"
         (tmp_path / "go.1").touch()
         rest, err = follower.communicate(timeout=HANG)  # attempt 2 runs on, held
-    finally:
-        if follower.poll() is None:
-            follower.kill()
-            follower.wait()
     assert (follower.returncode, rest) == (0, b"att 1 end\n"), err
     assert queue.job(job_id)["state"] in ("queued", "running")  # the retry, not over
     (tmp_path / "go.2").touch()
@@ -516,24 +515,13 @@ def test_logs_follow_streams_until_the_job_ends(queue: QueueBox, tmp_path: Path)
         " for i in 1 2 3 4 5; do echo line $i; sleep 0.2; done; echo oops >&2; echo last"
     )
     job_id = queue.add("--gpus", "0", "--shell", "--", script)
-    follower = subprocess.Popen(
-        [sys.executable, "-m", "gpubox", "queue", "logs", "-f", str(job_id)],
-        env={**os.environ, **queue.env, **queue.extra_env},
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        stdin=subprocess.DEVNULL,
-    )
-    try:
+    with following(queue, str(job_id)) as follower:
         # The first line arrives while the job still runs: it is streamed, not read at the end.
         assert read_line(follower, HANG) == b"first\n"
         assert queue.job(job_id)["state"] == "running"
         assert follower.poll() is None
         (tmp_path / "go").touch()
         rest, err = follower.communicate(timeout=HANG)
-    finally:
-        if follower.poll() is None:
-            follower.kill()
-            follower.wait()
     assert follower.returncode == 0, err
     assert rest.decode() == "".join(f"line {i}\n" for i in range(1, 6)) + "last\n"
     assert queue.job(job_id)["state"] == "succeeded"
