@@ -3,6 +3,7 @@ wait for them, and read their logs. The CLI only parses and renders."""
 
 from __future__ import annotations
 
+import fcntl
 import os
 import signal
 import sys
@@ -16,7 +17,16 @@ from gpubox.exit_codes import ExitCode, GpuboxError
 from gpubox.paths import Paths, absolute, ensure_private_dir
 from gpubox.queue import proctree
 from gpubox.queue.jobs import END_STATES, Job
-from gpubox.queue.layout import DAEMON_LOG, attempt_prefix, db_path, lock_holder, log_paths, logs_dir, socket_path
+from gpubox.queue.layout import (
+    DAEMON_LOG,
+    STARTING_NAME,
+    attempt_prefix,
+    db_path,
+    lock_holder,
+    log_paths,
+    logs_dir,
+    socket_path,
+)
 from gpubox.queue.store import JobStore, StoreError
 from gpubox.queue.wire import Unreachable, ask, poke
 
@@ -30,8 +40,9 @@ def open_store(paths: Paths) -> JobStore:
         raise GpuboxError(str(exc), ExitCode.FAILED) from None
 
 
-def start_daemon(paths: Paths, env: Mapping[str, str] | None = None) -> int:
-    """Start `gpubox daemon` in the background, in its own session, logging to the state dir.
+def start_daemon(paths: Paths, env: Mapping[str, str] | None = None) -> int | None:
+    """Start `gpubox daemon` in the background, in its own session, logging to the state dir; its
+    pid, or None when another client is starting one right now (or one runs already).
     GpuboxError (exit 2) when its settings are bad: it would only say so in its log and exit."""
     import subprocess
 
@@ -42,26 +53,39 @@ def start_daemon(paths: Paths, env: Mapping[str, str] | None = None) -> int:
     whole = absolute(paths)
     load_config(env=daemon_env, paths=whole)  # as the daemon reads them (gpubox/cli/daemon_run.py)
     ensure_private_dir(paths.state_dir)
-    log = os.open(paths.state_dir / DAEMON_LOG, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600)
-    for name, path in (
-        ("GPUBOX_STATE_DIR", whole.state_dir),
-        ("GPUBOX_RUNTIME_DIR", whole.runtime_dir),
-        ("GPUBOX_SYSTEM_CONFIG", whole.system_config_file),
-    ):
-        if daemon_env.get(name):
-            daemon_env[name] = str(path)
+    starting = os.open(paths.state_dir / STARTING_NAME, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
     try:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "gpubox", "daemon"],
-            stdin=subprocess.DEVNULL,
-            stdout=log,
-            stderr=log,
-            start_new_session=True,
-            env=daemon_env,
-            cwd="/",
-        )
+        try:
+            fcntl.flock(starting, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return None  # another client's daemon is starting: it holds this until it dies
+        if lock_holder(paths) is not None:
+            return None  # one took its lock since this client looked
+        for name, path in (
+            ("GPUBOX_STATE_DIR", whole.state_dir),
+            ("GPUBOX_RUNTIME_DIR", whole.runtime_dir),
+            ("GPUBOX_SYSTEM_CONFIG", whole.system_config_file),
+        ):
+            if daemon_env.get(name):
+                daemon_env[name] = str(path)
+        log = os.open(paths.state_dir / DAEMON_LOG, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600)
+        try:
+            # The daemon inherits the lock on `starting` and keeps it open (never reading it) for
+            # its life: no other client starts one while it gets ready or runs.
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "gpubox", "daemon"],
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=log,
+                start_new_session=True,
+                env=daemon_env,
+                cwd="/",
+                pass_fds=(starting,),
+            )
+        finally:
+            os.close(log)
     finally:
-        os.close(log)
+        os.close(starting)
     return proc.pid
 
 

@@ -12,6 +12,9 @@ from gpubox.paths import Paths
 
 DB_NAME = "queue.db"  # in the state directory
 LOCK_NAME = "daemon.lock"  # in the state directory: one daemon per database
+# In the state directory: held by a client that starts a daemon, then by that daemon for its life,
+# so that clients which find no daemon at the same moment start one, not one each.
+STARTING_NAME = "daemon.starting"
 DAEMON_LOG = "daemon.log"  # in the state directory, for daemons that clients start
 
 

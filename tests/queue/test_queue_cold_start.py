@@ -7,6 +7,8 @@ from __future__ import annotations
 import errno
 import os
 import sqlite3
+import subprocess
+import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -172,6 +174,31 @@ def test_the_real_first_add_runs_its_jobs_with_one_daemon(queue: QueueBox) -> No
         assert queue.wait_state(job_id, ("succeeded", "failed"), timeout=HANG)["state"] == "succeeded"
     log = (queue.state_dir / "daemon.log").read_text()
     assert log.count("pid ") == 1 and "already runs" not in log, log
+
+
+def test_clients_that_find_no_daemon_at_once_start_one_between_them(queue: QueueBox) -> None:
+    """Twelve cold adds at the same moment: one daemon, not one each that then exits because
+    another holds the lock (each a Python started for nothing, and a line in the log)."""
+    env = {**os.environ, **queue.env}
+    clients = [
+        subprocess.Popen(
+            [sys.executable, "-m", "gpubox", "queue", "add", "--gpus", "0", "--", "true"],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(12)
+    ]
+    ids = []
+    for adder in clients:
+        out, err = adder.communicate(timeout=HANG)
+        assert adder.returncode == 0, err
+        ids.append(int(out))
+    for job_id in ids:
+        assert queue.wait_state(job_id, ("succeeded", "failed"), timeout=HANG)["state"] == "succeeded"
+    log = (queue.state_dir / "daemon.log").read_text()
+    assert log.count("gpubox daemon: pid ") == 1 and "already runs" not in log, log
 
 
 # The ledger's sampler
