@@ -183,10 +183,11 @@ def logs(
         job = store.require(job_id)
         if attempt is not None and not 1 <= attempt <= job.attempt:
             raise ValueError(f"job {job_id} has no attempt {attempt} (it has {job.attempt})")
+        if job.attempt == 0 and job.state in END_STATES:
+            store.close()
+            raise GpuboxError(f"job {job_id} never ran ({job.state}): no log", ExitCode.FAILED)
         if not follow:
             store.close()
-            if job.attempt == 0 and job.state in END_STATES:
-                raise GpuboxError(f"job {job_id} never ran ({job.state}): no log", ExitCode.FAILED)
             if job.attempt == 0:
                 raise GpuboxError(f"job {job_id} has not started yet: no log", ExitCode.FAILED)
             path = attempt_log(paths, job, attempt, stderr)

@@ -114,8 +114,8 @@ def wake_daemon(paths: Paths, started: bool = False) -> str:
     if not started:
         try:
             start_daemon(paths)
-        except OSError as exc:  # a process limit, a log it cannot open
-            why = exc.strerror or str(exc)
+        except (OSError, GpuboxError) as exc:  # a process limit, a log it cannot open, a bad setting
+            why = exc.message if isinstance(exc, GpuboxError) else exc.strerror or str(exc)
             message = f"could not start the daemon ({why}): queued jobs wait until `gpubox daemon` runs"
             raise GpuboxError(message, ExitCode.DAEMON_UNREACHABLE) from None
     if os.environ.get("GPUBOX_JOB_ID"):
@@ -264,6 +264,8 @@ def follow(
         if done():
             path = path_for()
             if path == current:
+                if current is not None:  # what it wrote after the last read, before it ended
+                    yield from _rest(current, offset)
                 return
             continue
         sleep(0.2)

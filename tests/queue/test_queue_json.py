@@ -150,6 +150,17 @@ def test_retry_edit_and_cancel_with_no_daemon_say_what_they_did(queue: QueueBox)
     assert queue.job(job)["state"] == "cancelled"
 
 
+def test_a_bad_setting_after_a_change_is_a_daemon_that_cannot_start(queue: QueueBox) -> None:
+    """The change is committed: it is said, and the exit code is 4 (no daemon), not 2 (nothing done)."""
+    job = queue.add("--gpus", "0", "--", "false")
+    queue.wait_state(job, ("failed",), WAIT)
+    assert queue("daemon", "stop").returncode == 0
+    retried = queue("queue", "retry", str(job), env={"GPUBOX_QUEUE_PREEMPT": "2"})
+    assert (retried.returncode, retried.stdout) == (4, f"job {job}: queued\n")
+    assert retried.stderr.startswith("gpubox: could not start the daemon (environment variable GPUBOX_QUEUE_PREEMPT")
+    assert queue.job(job)["state"] == "queued"
+
+
 def test_a_job_that_cancels_itself_while_no_daemon_runs_is_recorded_cancelled(queue: QueueBox, tmp_path: Path) -> None:
     go = tmp_path / "go"
     script = (

@@ -505,8 +505,9 @@ def test_logs_follow_of_one_attempt_ends_with_it_and_a_job_that_never_ran_says_s
     queue.wait_state(job_id, ("failed",), HANG)
     dependant = queue.add("--gpus", "0", "--after", str(job_id), "--", "true")
     queue.wait_state(dependant, ("failed",), HANG)
-    shown = queue("queue", "logs", str(dependant))
-    assert (shown.returncode, shown.stderr) == (1, f"gpubox: job {dependant} never ran (failed): no log\n")
+    for follow in ((), ("-f",)):
+        shown = queue("queue", "logs", *follow, str(dependant))
+        assert (shown.returncode, shown.stderr) == (1, f"gpubox: job {dependant} never ran (failed): no log\n")
 
 
 def test_logs_follow_streams_until_the_job_ends(queue: QueueBox, tmp_path: Path) -> None:
