@@ -141,7 +141,7 @@ _gpubox() {
                 --retries) COMPREPLY=(); return ;;
                 --tag) COMPREPLY=(); return ;;
                 --env) COMPREPLY=(); return ;;
-                --cwd) mapfile -t COMPREPLY < <(compgen -f -- "$cur"); return ;;
+                --cwd) mapfile -t COMPREPLY < <(compgen -d -- "$cur"); return ;;
                 --file) mapfile -t COMPREPLY < <(compgen -f -- "$cur"); return ;;
             esac
             words='--name --kind --gpus --gpu --gpu-mem --priority --after --time-limit --retries --tag --env --cwd --shell --no-probe --share --file --json -h --help'

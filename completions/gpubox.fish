@@ -175,7 +175,7 @@ complete -c gpubox -n "__gpubox_at 'gpubox queue add'" -l time-limit -x -d 'Stop
 complete -c gpubox -n "__gpubox_at 'gpubox queue add'" -l retries -x -d 'Queue a failed job again, up to N times.'
 complete -c gpubox -n "__gpubox_at 'gpubox queue add'" -l tag -x -d 'key=value, for reports (repeatable).'
 complete -c gpubox -n "__gpubox_at 'gpubox queue add'" -l env -x -d 'NAME=value to set for the job (repeatable).'
-complete -c gpubox -n "__gpubox_at 'gpubox queue add'" -l cwd -r -F -d 'Run there (default: the current directory).'
+complete -c gpubox -n "__gpubox_at 'gpubox queue add'" -l cwd -x -a '(__fish_complete_directories)' -d 'Run there (default: the current directory).'
 complete -c gpubox -n "__gpubox_at 'gpubox queue add'" -l shell -d 'Run the command as one string through /bin/sh -c.'
 complete -c gpubox -n "__gpubox_at 'gpubox queue add'" -l no-probe -d 'Do not attach the dataloader probe.'
 complete -c gpubox -n "__gpubox_at 'gpubox queue add'" -l share -d 'May share GPUs with other --share jobs where memory fits.'

@@ -69,6 +69,7 @@ def _checked_values() -> dict[str, tuple[str, ...]]:
 
 CHECKED_VALUES = _checked_values()
 TEXT_PATHS = {"--cwd"}
+DIR_OPTIONS = {"--cwd"}
 
 
 # The command tree, reduced to what the completions and man pages show.
@@ -85,6 +86,7 @@ class Param:
     envvar: tuple[str, ...]
     required: bool = False
     many: bool = False  # an argument that takes any number of values
+    is_dir: bool = False  # a path that must be a directory
 
     @property
     def takes_value(self) -> bool:
@@ -157,6 +159,7 @@ def _param(p: Any, rich_markup: bool) -> Param:
         metavar=metavar,
         choices=choices,
         is_path=p.type.name in PATH_TYPES or any(n in TEXT_PATHS for n in names),
+        is_dir=any(n in DIR_OPTIONS for n in names),
         default=default,
         envvar=tuple(envvar),
         required=bool(p.required),
@@ -275,6 +278,8 @@ complete -F _gpubox gpubox
 def _bash_values(p: Param) -> str:
     if p.choices:
         return f'mapfile -t COMPREPLY < <(compgen -W {shlex.quote(" ".join(p.choices))} -- "$cur")'
+    if p.is_dir:
+        return 'mapfile -t COMPREPLY < <(compgen -d -- "$cur")'
     if p.is_path:
         return 'mapfile -t COMPREPLY < <(compgen -f -- "$cur")'
     return "COMPREPLY=()"
@@ -292,6 +297,8 @@ def _zsh_action(p: Param) -> str:
     message = p.metavar.replace(":", "\\:") if p.metavar else ""
     if p.choices:
         return f":{message}:({' '.join(_zq(c) for c in p.choices)})"
+    if p.is_dir:
+        return f":{message}:_files -/"
     return f":{message}:_files" if p.is_path else f":{message}: "
 
 
@@ -387,7 +394,12 @@ def fish_completion(root: Node) -> str:
             flags = " ".join(f"-l {n[2:]}" if n.startswith("--") else f"-s {n[1:]}" for n in o.names)
             value = ""
             if o.takes_value:
-                value = " -r -F" if o.is_path else f" -x -a {_fq(' '.join(o.choices))}" if o.choices else " -x"
+                if o.is_dir:
+                    value = " -x -a '(__fish_complete_directories)'"
+                elif o.is_path:
+                    value = " -r -F"
+                else:
+                    value = f" -x -a {_fq(' '.join(o.choices))}" if o.choices else " -x"
             lines.append(f"complete -c gpubox {where} {flags}{value} -d {_fq(o.help.partition(chr(10))[0])}")
         if not subs and any(a.is_path for a in node.arguments):
             lines.append(f"complete -c gpubox {where} -F")

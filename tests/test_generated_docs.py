@@ -180,6 +180,10 @@ def test_bash_completes_commands_options_and_skips_option_values() -> None:
     # Values gpubox checks itself, not through a Choice type, are offered all the same.
     assert _bash_complete(script, "gpubox queue add --kind ") == ["batch", "infer", "other", "quantize", "train"]
     assert _bash_complete(script, "gpubox queue ls --state r") == ["running"]
+    # --cwd names a directory: folders only, where --file takes any file.
+    assert _bash_complete(script, "gpubox queue add --cwd /et") == ["/etc"]
+    assert _bash_complete(script, "gpubox queue add --cwd /etc/passw") == []
+    assert "/etc/passwd" in _bash_complete(script, "gpubox queue add --file /etc/passw")
 
 
 def test_fish_completes_commands_and_options() -> None:
