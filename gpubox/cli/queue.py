@@ -350,7 +350,7 @@ def resume(
         target, label = _pause_target(gpu)
         with open_queue_store(paths) as store:
             changed = store.resume(target)
-    failure = wake(paths)
+    failure = wake(paths) if changed else None  # nothing was paused: nothing new to start
     sys.stdout.write(f"{label}: resumed\n" if changed else f"{label}: was not paused\n")
     if failure is not None:
         raise failure

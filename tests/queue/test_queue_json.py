@@ -150,6 +150,16 @@ def test_retry_edit_and_cancel_with_no_daemon_say_what_they_did(queue: QueueBox)
     assert queue.job(job)["state"] == "cancelled"
 
 
+def test_resume_with_nothing_paused_needs_no_daemon(queue: QueueBox) -> None:
+    no_daemon_can_start(queue)
+    resumed = queue("queue", "resume")
+    assert (resumed.returncode, resumed.stdout, resumed.stderr) == (0, "the queue: was not paused\n", "")
+    assert queue("queue", "pause").returncode == 0
+    resumed = queue("queue", "resume")
+    assert (resumed.returncode, resumed.stdout) == (4, "the queue: resumed\n")
+    assert resumed.stderr == f"gpubox: {NO_DAEMON}\n"
+
+
 def test_a_bad_setting_after_a_change_is_a_daemon_that_cannot_start(queue: QueueBox) -> None:
     """The change is committed: it is said, and the exit code is 4 (no daemon), not 2 (nothing done)."""
     job = queue.add("--gpus", "0", "--", "false")
