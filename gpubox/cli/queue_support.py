@@ -16,6 +16,7 @@ from gpubox.exit_codes import ExitCode, GpuboxError
 if TYPE_CHECKING:
     from gpubox.paths import Paths
     from gpubox.queue.gpus import GpuInfo
+    from gpubox.queue.jobs import Job
     from gpubox.queue.store import JobStore
     from gpubox.queue.submit import AddOptions
 
@@ -178,17 +179,17 @@ def json_failure(command: str, as_json: bool) -> Iterator[None]:
 
 def add_jobs(command: Sequence[str] | None, opts: AddOptions, file: Path | None, as_json: bool) -> None:
     """`gpubox queue add`: build the specs, add them all or none, wake the daemon, print the ids."""
+    from gpubox.queue.records import job_record
+
     with json_failure("queue add", as_json):
         jobs, paths, started = _store_jobs(command, opts, file)
     failure = wake(paths, started)
-    from gpubox.queue.records import job_record
-
     # The daemon was woken: its next pass says why each job waits (or it could not be started).
     records = [job_record(j, None if failure else {}) for j in jobs]
     emit_then_fail("queue add", {"jobs": records}, as_json, "\n".join(str(j.id) for j in jobs), failure)
 
 
-def _store_jobs(command: Sequence[str] | None, opts: AddOptions, file: Path | None) -> tuple[list[Any], Paths, bool]:
+def _store_jobs(command: Sequence[str] | None, opts: AddOptions, file: Path | None) -> tuple[list[Job], Paths, bool]:
     """The jobs of `queue add`, stored; the paths; whether a daemon was started for them."""
     from gpubox.queue.client import start_daemon_early
     from gpubox.queue.jobs import KINDS, check_spec
