@@ -68,15 +68,10 @@ def gpu_index(view: dict[str, Any] | None, jobs: Sequence[Any] = ()) -> dict[str
     if view:
         return {g["uuid"]: g["index"] for g in view.get("gpus", []) if isinstance(g, dict)}
     if view is None and any(j.gpu_uuids for j in jobs):
-        from gpubox.queue.gpus import NoNvml, NvmlGpus
-
-        source = NvmlGpus()
         try:
-            return {g.uuid: g.index for g in source.read()}
-        except NoNvml:
+            return {g.uuid: g.index for g in box_gpus()}
+        except GpuboxError:  # no NVML: the UUIDs it is
             return {}
-        finally:
-            source.close()
     return {}
 
 

@@ -109,9 +109,9 @@ def wake_daemon(paths: Paths, started: bool = False) -> str:
     lock yet: it is not started twice."""
     if poke(socket_path(paths)):
         return "woken"
-    if not started and lock_holder(paths) is not None:
-        return "starting"  # it holds the lock but does not listen yet
     if not started:
+        if lock_holder(paths) is not None:
+            return "starting"  # it holds the lock but does not listen yet
         try:
             start_daemon(paths)
         except (OSError, GpuboxError) as exc:  # a process limit, a log it cannot open, a bad setting
