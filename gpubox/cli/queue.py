@@ -35,7 +35,11 @@ app = typer.Typer(
 )
 
 JSON = Annotated[bool, typer.Option("--json", help="Print one JSON document (schema 1) instead of text.")]
-IDS = Annotated[list[int], typer.Argument(metavar="ID...", help="Job ids.", show_default=False)]
+IDS = Annotated[
+    list[int],
+    # Each id once, in the order given: `cancel 4 4` cancels job 4, and says so once.
+    typer.Argument(metavar="ID...", help="Job ids.", show_default=False, callback=lambda ids: list(dict.fromkeys(ids))),
+]
 
 
 @app.command("add", context_settings={"allow_interspersed_args": False}, options_metavar="[OPTIONS] [--]")
@@ -265,6 +269,7 @@ def wait(
 ) -> None:
     """Wait for jobs to end; exit with the job's own exit code (the first failed one's, for several)."""
     from gpubox.queue.client import exit_code_for, wait_jobs, wake_daemon
+    from gpubox.queue.jobs import END_STATES
     from gpubox.queue.parse import parse_duration
     from gpubox.queue.records import job_record
 
@@ -272,9 +277,8 @@ def wait(
     with errors():
         limit = parse_duration(timeout) if timeout is not None else None
         with open_queue_store(paths) as store:
-            for job_id in ids:
-                store.require(job_id)
-            wake_daemon(paths)  # a job only moves on while a daemon runs
+            if any(store.require(job_id).state not in END_STATES for job_id in ids):
+                wake_daemon(paths)  # a job only moves on while a daemon runs
             jobs = wait_jobs(store, ids, limit, on_poll=keep_daemon(paths))
     if jobs is None:
         raise GpuboxError(
@@ -300,11 +304,7 @@ def retry(ids: IDS, as_json: JSON = False) -> None:
 
     paths = queue_paths()
     with errors(), open_queue_store(paths) as store:
-        for job_id in ids:
-            job = store.require(job_id)
-            if job.state in ("queued", "running"):
-                raise ValueError(f"job {job_id} is {job.state}; only a finished job can be retried")
-        jobs = [store.requeue(job_id) for job_id in ids]
+        jobs = store.requeue_all(ids)
     failure = wake(paths)
     emit_then_fail(
         "queue retry",

@@ -423,8 +423,9 @@ class JobStore:
     @staticmethod
     def _back_to_queue(db: sqlite3.Connection, job_id: int, failures: int, reason: str | None) -> None:
         db.execute(
-            "UPDATE jobs SET state = 'queued', ended_at = NULL, exit_code = NULL, pid = NULL, pid_start = NULL,"
-            " request = NULL, failures = ?, reason = ? WHERE id = ?",
+            # Its last attempt's start and end stay in that attempt's record; the job is not started now.
+            "UPDATE jobs SET state = 'queued', started_at = NULL, ended_at = NULL, exit_code = NULL, pid = NULL,"
+            " pid_start = NULL, request = NULL, failures = ?, reason = ? WHERE id = ?",
             (failures, reason, job_id),
         )
 
@@ -485,14 +486,20 @@ class JobStore:
 
     def requeue(self, job_id: int) -> Job:
         """Queue a finished job again, with its retries back; its attempts so far are kept."""
+        return self.requeue_all([job_id])[0]
+
+    def requeue_all(self, job_ids: Sequence[int]) -> list[Job]:
+        """Queue finished jobs again, all or none (one transaction: a job that is not finished, or
+        does not exist, leaves every one as it was)."""
         with self._write() as db:
-            row = db.execute("SELECT state FROM jobs WHERE id = ?", (job_id,)).fetchone()
-            if row is None:
-                raise ValueError(f"job {job_id} does not exist")
-            if row["state"] not in END_STATES:
-                raise ValueError(f"job {job_id} is {row['state']}; only a finished job can be retried")
-            self._back_to_queue(db, job_id, 0, None)
-        return self.require(job_id)
+            for job_id in job_ids:
+                row = db.execute("SELECT state FROM jobs WHERE id = ?", (job_id,)).fetchone()
+                if row is None:
+                    raise ValueError(f"job {job_id} does not exist")
+                if row["state"] not in END_STATES:
+                    raise ValueError(f"job {job_id} is {row['state']}; only a finished job can be retried")
+                self._back_to_queue(db, job_id, 0, None)
+        return [self.require(job_id) for job_id in job_ids]
 
     def edit(self, job_id: int, changes: Mapping[str, Any]) -> Job:
         """Change a queued job's spec (priority, GPUs, memory, time limit); nothing else may change."""

@@ -308,6 +308,44 @@ def test_retry_a_failed_job_runs_it_again(queue: QueueBox, tmp_path: Path) -> No
     assert data["attempts"][0]["log_prefix"] != data["attempts"][1]["log_prefix"]
 
 
+def test_ids_given_twice_count_once(queue: QueueBox) -> None:
+    done = queue.add("--gpus", "0", "--", "true")
+    wait_ok(queue, done)
+    ok(queue("queue", "pause"))
+    assert ok(queue("queue", "retry", str(done), str(done))) == f"job {done}: queued\n"
+    assert ok(queue("queue", "cancel", str(done), str(done))) == f"job {done}: cancelled\n"
+    result = queue("queue", "wait", str(done), str(done))
+    assert (result.returncode, result.stdout) == (1, f"job {done}: cancelled\n")
+
+
+def test_retry_of_several_jobs_queues_all_or_none(queue: QueueBox) -> None:
+    done = queue.add("--gpus", "0", "--", "true")
+    wait_ok(queue, done)
+    ok(queue("queue", "pause"))
+    waiting = queue.add("--gpus", "0", "--", "true")
+    before = queue.rows()
+    result = queue("queue", "retry", str(done), str(waiting))
+    assert (result.returncode, result.stdout) == (2, "")
+    assert result.stderr == f"gpubox: job {waiting} is queued; only a finished job can be retried\n"
+    assert queue.rows() == before  # job {done} was not queued again either
+
+
+def test_a_job_queued_again_is_not_started_until_it_starts(queue: QueueBox) -> None:
+    done = queue.add("--gpus", "0", "--", "true")
+    wait_ok(queue, done)
+    first = show(queue, done)["job"]
+    ok(queue("queue", "pause"))
+    ok(queue("queue", "retry", str(done)))
+    again = show(queue, done)["job"]
+    assert (again["state"], again["started_at"], again["ended_at"]) == ("queued", None, None)
+    ok(queue("queue", "cancel", str(done)))
+    data = show(queue, done)
+    assert data["job"]["started_at"] is None  # cancelled before its second attempt started
+    assert data["attempts"][0]["started_at"] == first["started_at"]  # the first attempt keeps its times
+    row = next(line for line in ok(queue("queue", "ls", "--all")).splitlines()[1:] if line.split()[0] == str(done))
+    assert row.split()[6] == "-"  # RAN: nothing ran since it was queued again
+
+
 def test_edit_a_queued_job(queue: QueueBox) -> None:
     ok(queue("queue", "pause"))
     job = queue.add("--gpus", "0", "--time-limit", "10m", "--", "true")

@@ -10,6 +10,7 @@ import sqlite3
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -174,6 +175,20 @@ def test_the_real_first_add_runs_its_jobs_with_one_daemon(queue: QueueBox) -> No
         assert queue.wait_state(job_id, ("succeeded", "failed"), timeout=HANG)["state"] == "succeeded"
     log = (queue.state_dir / "daemon.log").read_text()
     assert log.count("pid ") == 1 and "already runs" not in log, log
+
+
+def test_waiting_for_jobs_that_ended_starts_no_daemon(queue: QueueBox) -> None:
+    """A daemon stopped for maintenance stays stopped: nothing is left for one to do."""
+    done = queue.add("--gpus", "0", "--", "sh", "-c", "exit 3")
+    assert queue.wait_state(done, ("failed",), timeout=HANG)["exit_code"] == 3
+    assert queue("daemon", "stop").returncode == 0
+    assert queue.daemon_pid() is None
+    result = queue("queue", "wait", str(done))
+    assert (result.returncode, result.stdout) == (3, f"job {done}: failed (exit 3)\n")
+    deadline = time.monotonic() + 2.0  # a daemon started now would hold its lock well within this
+    while time.monotonic() < deadline:
+        assert queue.daemon_pid() is None
+        time.sleep(0.05)
 
 
 def test_clients_that_find_no_daemon_at_once_start_one_between_them(queue: QueueBox) -> None:
