@@ -79,3 +79,28 @@ def job(job_id: int | None, kind: str | None) -> str:
     if job_id is None:
         return DASH
     return f"{job_id} {kind}" if kind else str(job_id)
+
+
+_ESCAPES = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
+
+
+def one_line(text: str) -> str:
+    """Text as a terminal may be given it: control characters (a newline, an escape sequence
+    that would clear the screen) and text that is not UTF-8 shown escaped, so one value stays
+    on one line and says what it holds."""
+    if text.isprintable():
+        return text  # the common case, at C speed (a space is printable; a newline is not)
+    out = []
+    for c in text:
+        o = ord(c)
+        if c.isprintable() or c == " ":
+            out.append(c)
+        elif c in _ESCAPES:
+            out.append(_ESCAPES[c])
+        elif 0xDC80 <= o <= 0xDCFF:
+            out.append(f"\\x{o - 0xDC00:02x}")  # a byte that was not UTF-8 (surrogateescape)
+        elif o < 0x100:
+            out.append(f"\\x{o:02x}")
+        else:
+            out.append(f"\\u{o:04x}" if o <= 0xFFFF else f"\\U{o:08x}")
+    return "".join(out)

@@ -11,6 +11,7 @@ from gpubox import __version__
 from gpubox.cli import daemon, doctor, metrics, queue, report, top
 from gpubox.cli import run as run_command
 from gpubox.exit_codes import ExitCode, GpuboxError
+from gpubox.format import one_line
 
 app = typer.Typer(
     name="gpubox",
@@ -65,16 +66,16 @@ def run(argv: list[str]) -> int:
         if not exc.format_message():
             return int(ExitCode.USAGE)  # no arguments: the help was printed
         where = exc.ctx.command_path if exc.ctx else "gpubox"
-        sys.stderr.write(f"gpubox: {_visible_message(exc)} (see '{where} --help')\n")
+        sys.stderr.write(f"gpubox: {one_line(_visible_message(exc))} (see '{where} --help')\n")
         return int(ExitCode.USAGE)
     except GpuboxError as exc:
-        sys.stderr.write(f"gpubox: {exc.message}\n")
+        sys.stderr.write(f"gpubox: {one_line(exc.message)}\n")
         return int(exc.code)
     except (typer.Abort, KeyboardInterrupt):
         sys.stderr.write("gpubox: interrupted\n")
         return int(ExitCode.INTERRUPTED)
     except click.ClickException as exc:
-        sys.stderr.write(f"gpubox: {exc.format_message()}\n")
+        sys.stderr.write(f"gpubox: {one_line(exc.format_message())}\n")
         return exc.exit_code
     except BrokenPipeError:
         return int(ExitCode.OK)  # `gpubox top --once | head` is not an error

@@ -30,4 +30,6 @@ def console(color: bool) -> Any:
 
 
 def fail(message: str) -> None:
-    sys.stderr.write(f"gpubox: {message}\n")
+    from gpubox.format import one_line
+
+    sys.stderr.write(f"gpubox: {one_line(message)}\n")

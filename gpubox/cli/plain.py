@@ -13,7 +13,9 @@ def run_plain(command: Callable[[], int]) -> int:
     try:
         return command()
     except GpuboxError as exc:
-        sys.stderr.write(f"gpubox: {exc.message}\n")
+        from gpubox.format import one_line
+
+        sys.stderr.write(f"gpubox: {one_line(exc.message)}\n")
         return int(exc.code)
     except KeyboardInterrupt:
         sys.stderr.write("gpubox: interrupted\n")

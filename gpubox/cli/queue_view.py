@@ -6,6 +6,8 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from gpubox.format import one_line
+
 DASH = "-"
 
 
@@ -53,6 +55,8 @@ def _note(rec: Mapping[str, Any]) -> str:
 
 
 def table(rows: Sequence[Sequence[str]], header: Sequence[str]) -> str:
+    # A name or command is the user's text: a control character in it must not move the cursor.
+    rows = [[one_line(str(c)) for c in row] for row in rows]
     widths = [max(len(str(r[i])) for r in (header, *rows)) for i in range(len(header) - 1)]
     lines = []
     for row in (header, *rows):
@@ -117,7 +121,7 @@ def job_details(
         code = "" if a["exit_code"] is None else f", exit {a['exit_code']}"
         logs = f"{a['log_prefix']}.out|.err"
         lines.append(f"  attempt {a['number']}   {how}{code}, ran {duration(ran)} on {gpus}; logs {logs}")
-    return "\n".join(lines)
+    return "\n".join(one_line(line) for line in lines)
 
 
 def _gpu_time(gpu_hours: float | None, unknown: str) -> str:

@@ -42,5 +42,7 @@ def run(
     try:
         exec_with_probe([cmd, *(args or [])])
     except LaunchError as exc:
-        sys.stderr.write(f"gpubox: {exc.message}\n")
+        from gpubox.format import one_line
+
+        sys.stderr.write(f"gpubox: {one_line(exc.message)}\n")
         return exc.code

@@ -84,8 +84,6 @@ def build_spec(
     if not os.path.isdir(cwd):
         what = "is not a directory" if os.path.exists(cwd) else "does not exist"
         raise ValueError(f"working directory {cwd} {what}")
-    if opts.name is not None and (not opts.name.strip() or "\n" in opts.name):
-        raise ValueError(f"invalid name {opts.name!r}: expected one non-empty line")
     if opts.gpus is not None and opts.gpus < 0:
         raise ValueError(f"invalid GPU count {opts.gpus}: expected 0 or more")
     gpu_ids: tuple[str, ...] | None = None
@@ -193,6 +191,9 @@ def _json_job(doc: Any, defaults: AddOptions) -> tuple[list[str], AddOptions]:
         if key in doc:
             if not isinstance(doc[key], dict):
                 raise ValueError(f"{key!r} must be an object of names to values")
+            for name in doc[key]:
+                if "=" in name:  # joined below as name=value, it would split elsewhere
+                    raise ValueError(f"invalid name {name!r} in {key!r}: a name has no '='")
             pairs = tuple(f"{k}={_as_text(v, key)}" for k, v in doc[key].items())
             changes[key] = (*getattr(defaults, key), *pairs)
     opts = replace(opts, **changes)
@@ -209,9 +210,31 @@ def _json_job(doc: Any, defaults: AddOptions) -> tuple[list[str], AddOptions]:
     return ([cmd] if opts.shell else shlex.split(cmd)), opts
 
 
+def strip_comment(line: str) -> str:
+    """The line without its comment, as a shell reads one: from a `#` that starts a word, outside
+    quotes (`a#b` is one word, `"x # y"` one argument, `x \\# y` three)."""
+    quote = ""
+    escaped = False
+    for i, c in enumerate(line):
+        if escaped:
+            escaped = False
+        elif quote == "'":
+            quote = "" if c == "'" else quote
+        elif c == "\\":
+            escaped = True
+        elif quote == '"':
+            quote = "" if c == '"' else quote
+        elif c in "'\"":
+            quote = c
+        elif c == "#" and (i == 0 or line[i - 1] in " \t"):
+            return line[:i]
+    return line
+
+
 def parse_job_file(text: str, source: str, defaults: AddOptions) -> list[tuple[int, list[str], AddOptions]]:
     """(line number, argv, options) for each job in a job file."""
     jobs: list[tuple[int, list[str], AddOptions]] = []
+    text = text.removeprefix("\ufeff")  # a byte-order mark, as some editors write
     for number, raw in enumerate(text.splitlines(), start=1):
         line = raw.strip()
         if not line or line.startswith("#"):
@@ -224,7 +247,8 @@ def parse_job_file(text: str, source: str, defaults: AddOptions) -> list[tuple[i
                     raise ValueError(f"not valid JSON ({exc})") from None
                 argv, opts = _json_job(doc, defaults)
             else:
-                argv = [line] if defaults.shell else shlex.split(line)
+                # A shell line goes to the shell whole (it reads its own comments).
+                argv = [line] if defaults.shell else shlex.split(strip_comment(line))
                 opts = defaults
         except ValueError as exc:
             raise ValueError(f"{source}:{number}: {exc}") from None

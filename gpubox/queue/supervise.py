@@ -440,6 +440,8 @@ def _spawn(ready: _Ready) -> int | Outcome:
             message, code = f"{argv[0]}: {exc.strerror or exc}", NOT_EXECUTABLE
             if exc.errno == errno.ENOEXEC and attempt_argv is not None:
                 continue  # a script without #!: a shell runs it, as a shell would
+        except ValueError as exc:  # text that is not bytes (a job stored before that was refused)
+            message, code = f"{argv[0]!r}: cannot be run: {exc}", NOT_EXECUTABLE
         break
     _note(err, message)
     return Outcome(code, "failed", message)

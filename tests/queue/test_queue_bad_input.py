@@ -107,6 +107,10 @@ JOB_FILES = {
     "priority-huge": '{"cmd": "true", "gpus": 0}\n{"cmd": "true", "gpus": 0, "priority": 99999999999999999999}\n',
     "nul-in-command": 'true\n{"argv": ["tr\\u0000ue"], "gpus": 0}\n',
     "good": "true\n",
+    "env-name-with-equals": '{"cmd": "env", "gpus": 0, "env": {"A=B": "1"}}\n',
+    "tag-name-with-equals": '{"cmd": "true", "gpus": 0, "tags": {"team=x": "nlp"}}\n',
+    "lone-surrogate": 'true\n{"cmd": "echo \\ud800", "gpus": 0}\n',
+    "lone-surrogate-env": '{"cmd": "true", "gpus": 0, "env": {"X": "\\udfff"}}\n',
 }
 
 
@@ -259,6 +263,26 @@ CASES: list[tuple[str, tuple[str, ...], int, str]] = [
     ("file-priority", ("queue", "add", "--file", "{files}/priority-huge"), USAGE, "priority-huge:2: invalid priority"),
     ("file-nul", ("queue", "add", "--file", "{files}/nul-in-command"), USAGE, "nul-in-command:2: the command contains"),
     ("file-bad-tag", ("queue", "add", "--file", "{files}/bad-tag"), USAGE, "bad-tag:1: invalid tag 'a b=c'"),
+    ("file-env-name-equals", ("queue", "add", "--file", "{files}/env-name-with-equals"), USAGE, "'A=B' in 'env'"),
+    ("file-tag-name-equals", ("queue", "add", "--file", "{files}/tag-name-with-equals"), USAGE, "'team=x' in 'tags'"),
+    (
+        "file-lone-surrogate",
+        ("queue", "add", "--file", "{files}/lone-surrogate"),
+        USAGE,
+        "lone-surrogate:2: the command holds '\\ud800', which is not text a program can be given",
+    ),
+    (
+        "file-lone-surrogate-env",
+        ("queue", "add", "--file", "{files}/lone-surrogate-env"),
+        USAGE,
+        "the environment variable 'X' holds '\\udfff'",
+    ),
+    # names and directories the terminal would print on two lines, or move the cursor with
+    ("name-escape-sequence", ("queue", "add", "--name", "x\x1b[2J", "--", "true"), USAGE, "'x\\x1b[2J': expected one"),
+    ("name-carriage-return", ("queue", "add", "--name", "a\rZZ", "--", "true"), USAGE, "no control characters"),
+    ("name-newline", ("queue", "add", "--name", "a\nb", "--", "true"), USAGE, "invalid name 'a\\nb'"),
+    ("name-not-utf8", ("queue", "add", "--name", "n\udce9", "--", "true"), USAGE, "expected UTF-8 text"),
+    ("cwd-newline", ("queue", "add", "--cwd", "/nowhere/x\ny", "--", "true"), USAGE, "/nowhere/x\\ny does not exist"),
     (
         "file-missing-after",
         ("queue", "add", "--gpus", "0", "--file", "{files}/missing-after"),

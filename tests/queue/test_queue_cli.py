@@ -184,6 +184,35 @@ def test_add_file_with_commands_comments_and_json_lines(queue: QueueBox, tmp_pat
     assert piped["name"] == "piped" and piped["gpus_requested"] == 0
 
 
+def test_a_job_file_is_read_as_a_shell_reads_comments_and_as_editors_write_it(queue: QueueBox, tmp_path: Path) -> None:
+    ok(queue("queue", "pause"))
+    jobs = tmp_path / "jobs.txt"
+    lines = [
+        '{"cmd": "echo first", "name": "after-a-bom"}',  # the file starts with a byte-order mark
+        "python train.py --lr 3e-4  # baseline",
+        "curl http://host/page#anchor 'a # b' \\#c",
+    ]
+    jobs.write_bytes(b"\xef\xbb\xbf" + "\r\n".join(lines).encode() + b"\r\n")
+    added = ids_of(ok(queue("queue", "add", "--gpus", "0", "--file", str(jobs))))
+    first, train, curl = (show(queue, i)["job"] for i in added)
+    assert (first["name"], first["argv"]) == ("after-a-bom", ["echo", "first"])
+    assert train["argv"] == ["python", "train.py", "--lr", "3e-4"]
+    assert curl["argv"] == ["curl", "http://host/page#anchor", "a # b", "#c"]
+
+
+def test_control_characters_are_shown_escaped(queue: QueueBox) -> None:
+    script = "echo one\necho \x1b[2J two"
+    job = queue.add("--gpus", "0", "--shell", "--", script)
+    wait_ok(queue, job)
+    text = ok(queue("queue", "show", str(job)))
+    assert "command     echo one\\necho \\x1b[2J two   (through /bin/sh -c)" in text
+    assert "\x1b" not in text
+    missing = queue.add("--gpus", "0", "--", "no-such\tprogram")
+    assert queue("queue", "wait", str(missing)).returncode == 127
+    row = next(line for line in ok(queue("queue", "ls", "--all")).splitlines() if line.startswith(f"{missing} "))
+    assert row.endswith("no-such\\tprogram: command not found") and "\t" not in row
+
+
 def test_add_file_from_stdin(queue: QueueBox) -> None:
     ok(queue("queue", "pause"))
     result = run_with_stdin(

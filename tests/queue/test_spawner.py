@@ -263,3 +263,16 @@ def test_the_spawner_puts_gpubox_after_the_standard_library(tmp_path: Path) -> N
     where, last, cwd_on_path, argv = result.stdout.split(" ", 3)
     assert not where.startswith(str(tmp_path)) and (last, cwd_on_path) == ("True", "False")
     assert argv.strip() == "['3', '4']"
+
+
+def test_a_command_that_cannot_be_bytes_fails_its_job_instead_of_losing_it(tmp_path: Path) -> None:
+    # `queue add` refuses it now; a job stored before (or written by hand) must still end with a reason.
+    with _spawner() as (spawner, done_r):
+        spawner.ask()
+        spare = spawner.receive()
+        _hand_over(spare, _launch(tmp_path, ("echo", "\ud800")))
+        number, attempt, outcome = _done(done_r)
+        assert (number, attempt, outcome.outcome, outcome.exit_code) == (7, 1, "failed", supervise.NOT_EXECUTABLE)
+        assert outcome.reason is not None and "cannot be run" in outcome.reason
+        assert "cannot be run" in (tmp_path / "7.1.err").read_text()
+        supervise.discard(spare)
