@@ -194,7 +194,7 @@ complete -c gpubox -n "__gpubox_at 'gpubox queue logs'" -l attempt -x -d 'This a
 complete -c gpubox -n "__gpubox_at 'gpubox queue logs'" -s h -l help -d 'Show this message and exit.'
 complete -c gpubox -n "__gpubox_at 'gpubox queue cancel'" -l json -d 'Print one JSON document (schema 1) instead of text.'
 complete -c gpubox -n "__gpubox_at 'gpubox queue cancel'" -s h -l help -d 'Show this message and exit.'
-complete -c gpubox -n "__gpubox_at 'gpubox queue wait'" -l timeout -x -d 'Give up after this long (exit 124), as 30s or 2h.'
+complete -c gpubox -n "__gpubox_at 'gpubox queue wait'" -l timeout -x -d 'Give up after this long (exit 124), as 30s or 2h; 0 only looks.'
 complete -c gpubox -n "__gpubox_at 'gpubox queue wait'" -l json -d 'Print one JSON document (schema 1) instead of text.'
 complete -c gpubox -n "__gpubox_at 'gpubox queue wait'" -s h -l help -d 'Show this message and exit.'
 complete -c gpubox -n "__gpubox_at 'gpubox queue retry'" -l json -d 'Print one JSON document (schema 1) instead of text.'

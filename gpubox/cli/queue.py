@@ -263,7 +263,7 @@ def cancel(ids: IDS, as_json: JSON = False) -> None:
 def wait(
     ids: IDS,
     timeout: Annotated[
-        str | None, typer.Option("--timeout", help="Give up after this long (exit 124), as 30s or 2h.")
+        str | None, typer.Option("--timeout", help="Give up after this long (exit 124), as 30s or 2h; 0 only looks.")
     ] = None,
     as_json: JSON = False,
 ) -> None:
@@ -275,7 +275,7 @@ def wait(
 
     paths = queue_paths()
     with errors():
-        limit = parse_duration(timeout) if timeout is not None else None
+        limit = parse_duration(timeout, zero=True) if timeout is not None else None
         with open_queue_store(paths) as store:
             if any(store.require(job_id).state not in END_STATES for job_id in ids):
                 wake_daemon(paths)  # a job only moves on while a daemon runs
@@ -370,7 +370,7 @@ def clean(
 
     paths = queue_paths()
     with errors():
-        age = parse_duration(older_than) if older_than is not None else 0.0
+        age = parse_duration(older_than, zero=True) if older_than is not None else 0.0
         with open_queue_store(paths) as store:
             removed = store.clean(age)
     remove_logs(paths, removed)

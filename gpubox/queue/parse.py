@@ -21,10 +21,12 @@ _ENV_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _ID_RE = re.compile(r"\d+")
 
 
-def parse_duration(text: str) -> float:
-    """Seconds from "90s", "15m", "2h", "1h30m", "7d" or a bare number of seconds."""
+def parse_duration(text: str, zero: bool = False) -> float:
+    """Seconds from "90s", "15m", "2h", "1h30m", "7d" or a bare number of seconds; `zero`: 0 is
+    one too (a wait that only looks, a clean of every finished job), never for a time limit."""
     value = text.strip().lower()
-    expected = "expected a positive duration such as 90s, 15m, 2h, 1h30m, 7d or 45"
+    least = "a" if zero else "a positive"
+    expected = f"expected {least} duration such as 90s, 15m, 2h, 1h30m, 7d or 45"
     if re.fullmatch(_NUMBER, value):
         seconds = float(value)
     else:
@@ -34,7 +36,7 @@ def parse_duration(text: str) -> float:
         seconds = sum(
             float(amount) * _DURATION_UNITS[unit] for unit, amount in match.groupdict().items() if amount is not None
         )
-    if not math.isfinite(seconds) or seconds <= 0:
+    if not math.isfinite(seconds) or seconds < 0 or (seconds == 0 and not zero):
         raise ValueError(f"invalid duration {text!r}: {expected}")
     return seconds
 

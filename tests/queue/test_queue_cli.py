@@ -391,6 +391,20 @@ def test_edit_a_queued_job(queue: QueueBox) -> None:
 # clean
 
 
+def test_zero_means_now_for_clean_and_wait(queue: QueueBox) -> None:
+    done = queue.add("--gpus", "0", "--", "true")
+    wait_ok(queue, done)
+    running = queue.add("--gpus", "0", "--", "sleep", "60")
+    queue.wait_state(running, ("running",))
+    looked = queue("queue", "wait", str(running), "--timeout", "0")  # only looks: still running
+    assert (looked.returncode, looked.stderr) == (124, f"gpubox: timed out after 0 waiting for job(s) {running}\n")
+    assert queue("queue", "wait", str(done), "--timeout", "0s").returncode == 0
+    assert ok(queue("queue", "clean", "--older-than", "0")) == "removed 1 finished job(s)\n"
+    assert [r[0] for r in queue.rows("SELECT id FROM jobs ORDER BY id")] == [running]
+    assert queue("queue", "edit", str(running), "--time-limit", "0").returncode == 2  # a limit stays positive
+    ok(queue("queue", "cancel", str(running)))
+
+
 def test_clean_removes_finished_jobs_and_their_logs(queue: QueueBox) -> None:
     done = [queue.add("--gpus", "0", "--", "true"), queue.add("--gpus", "0", "--", "false")]
     queue("queue", "wait", *map(str, done))
