@@ -321,6 +321,8 @@ def _pause_target(gpu: str | None) -> tuple[str, str]:
 
     if gpu is None:
         return QUEUE, "the queue"
+    if "," in gpu:
+        raise ValueError(f"--gpu takes one GPU (an index or a UUID), not the list {gpu!r}: one command each")
     box = box_gpus(f"--gpu {gpu} names a GPU")
     (uuid,) = resolve_gpus([gpu], box)
     index = next(g.index for g in box if g.uuid == uuid)
@@ -345,11 +347,19 @@ def resume(
     gpu: Annotated[str | None, typer.Option("--gpu", help="Only this GPU (index or UUID).")] = None,
 ) -> None:
     """Start jobs again (on one GPU, with --gpu)."""
+    from gpubox.queue.store import QUEUE
+
     paths = queue_paths()
-    with errors():
-        target, label = _pause_target(gpu)
-        with open_queue_store(paths) as store:
-            changed = store.resume(target)
+    with errors(), open_queue_store(paths) as store:
+        try:
+            target, label = _pause_target(gpu)
+        except (ValueError, GpuboxError):
+            # A GPU paused, then taken out of the box (or NVML gone): its UUID still resumes it.
+            gone = [t for t in store.paused() if t != QUEUE and gpu and t.lower().startswith(gpu.strip().lower())]
+            if len(gone) != 1:
+                raise
+            target, label = gone[0], f"GPU {gone[0]}"
+        changed = store.resume(target)
     failure = wake(paths) if changed else None  # nothing was paused: nothing new to start
     sys.stdout.write(f"{label}: resumed\n" if changed else f"{label}: was not paused\n")
     if failure is not None:

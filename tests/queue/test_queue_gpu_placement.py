@@ -327,6 +327,25 @@ def test_a_paused_gpu_gets_no_job_until_resumed(queue: QueueBox) -> None:
         queue.wait_state(job_id, ("succeeded",), WAIT)
 
 
+def test_a_paused_gpu_taken_out_of_the_box_resumes_by_its_uuid(queue: QueueBox) -> None:
+    box = gpus(2)
+    uuid = uuids_of(box)
+    start(queue, box)
+    listed_twice = queue("queue", "pause", "--gpu", "0,1")
+    assert (listed_twice.returncode, listed_twice.stdout) == (2, "")
+    assert (
+        listed_twice.stderr
+        == "gpubox: --gpu takes one GPU (an index or a UUID), not the list '0,1': one command each\n"
+    )
+    assert queue("queue", "pause", "--gpu", "1").returncode == 0
+    gpus(1).write(queue.home / "scenario.txt")  # GPU 1 leaves the box (repair, say)
+    by_index = queue("queue", "resume", "--gpu", "1")
+    assert (by_index.returncode, by_index.stderr) == (2, "gpubox: no GPU 1 on this box (GPUs: 0-0)\n")
+    resumed = queue("queue", "resume", "--gpu", uuid[1])
+    assert (resumed.returncode, resumed.stdout) == (0, f"GPU {uuid[1]}: resumed\n"), resumed.stderr
+    assert queue.rows("SELECT target FROM paused") == []
+
+
 def test_a_job_pinned_to_a_paused_gpu_does_not_hold_up_jobs_for_the_other_gpus(queue: QueueBox) -> None:
     """Maintenance on one GPU: the job that needs it waits, the jobs behind it run elsewhere."""
     box = gpus(3)
