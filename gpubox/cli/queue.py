@@ -360,8 +360,17 @@ def resume(
                 raise
             target, label = gone[0], f"GPU {gone[0]}"
         changed = store.resume(target)
+        still = sorted(t for t in store.paused() if t != QUEUE) if target == QUEUE else []
     failure = wake(paths) if changed else None  # nothing was paused: nothing new to start
     sys.stdout.write(f"{label}: resumed\n" if changed else f"{label}: was not paused\n")
+    if still:
+        # Paused one by one, GPUs stay paused when the queue resumes: say so, or jobs seem stuck.
+        try:
+            index = {g.uuid: str(g.index) for g in box_gpus("GPUs are paused")}
+        except GpuboxError:
+            index = {}
+        named = ", ".join(index.get(u, u) for u in still)
+        sys.stderr.write(f"gpubox: still paused: GPU {named} (gpubox queue resume --gpu ID, for each)\n")
     if failure is not None:
         raise failure
 
