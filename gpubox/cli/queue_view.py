@@ -27,7 +27,9 @@ def duration(seconds: float | None) -> str:
 
 def _times(rec: Mapping[str, Any], now: float) -> tuple[str, str]:
     started, ended = rec["started_at"], rec["ended_at"]
-    waited = (started if started is not None else (ended if ended is not None else now)) - rec["submitted_at"]
+    # From when it last joined the queue: a job queued again waits from then, not from its submission.
+    since = rec.get("queued_at") or rec["submitted_at"]
+    waited = (started if started is not None else (ended if ended is not None else now)) - since
     ran = None if started is None else (ended if ended is not None else now) - started
     if rec["state"] == "queued" and rec["attempt"]:
         ran = None  # requeued: the last attempt's run time is in `queue show`

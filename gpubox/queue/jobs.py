@@ -65,6 +65,7 @@ class Job:
     reason: str | None = None  # why it waits, or how it ended
     request: str | None = None  # "cancel" or "preempt", asked of a running job
     failures: int = 0  # failed attempts that used up a retry
+    queued_at: float | None = None  # when it was queued again after an attempt (None: never)
 
 
 @dataclass(frozen=True)

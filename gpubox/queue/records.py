@@ -73,6 +73,7 @@ def job_record(
         "probe": spec.probe,
         "tags": dict(spec.tags),
         "submitted_at": job.submitted_at,
+        "queued_at": job.submitted_at if job.queued_at is None else job.queued_at,
         "started_at": job.started_at,
         "ended_at": job.ended_at,
         "attempt": job.attempt,

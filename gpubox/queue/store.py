@@ -36,8 +36,14 @@ from gpubox.queue.jobs import (
 
 __all__ = ["END_STATES", "STATES", "Attempt", "Job", "JobSpec", "JobStore", "StoreError"]
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: jobs.queued_at
 QUEUE = "queue"  # the pause target that stops the whole queue; a GPU's is its UUID
+
+# Schema version N to N+1 is _MIGRATIONS[N - 1]: run in order, in one transaction, by the first
+# gpubox that opens an older database (a gpubox that knows an older schema refuses a newer one).
+_MIGRATIONS = (
+    "ALTER TABLE jobs ADD COLUMN queued_at REAL",  # 1 -> 2: when a job was queued again (NULL: never)
+)
 
 _SCHEMA = """
 CREATE TABLE jobs (
@@ -58,7 +64,8 @@ CREATE TABLE jobs (
     pid_start INTEGER,
     boot_id TEXT,
     reason TEXT,
-    request TEXT
+    request TEXT,
+    queued_at REAL
 );
 CREATE INDEX jobs_state ON jobs(state);
 CREATE INDEX jobs_rank ON jobs(state, kind, priority DESC, submitted_at, id);
@@ -112,6 +119,7 @@ def _job_from_row(row: sqlite3.Row) -> Job:
         reason=row["reason"],
         request=row["request"],
         failures=row["failures"],
+        queued_at=row["queued_at"],
     )
 
 
@@ -217,6 +225,10 @@ class JobStore:
                 for statement in _SCHEMA.split(";"):
                     if statement.strip():
                         self._db.execute(statement)
+                self._db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+            elif version < SCHEMA_VERSION:
+                for statement in _MIGRATIONS[version - 1 :]:
+                    self._db.execute(statement)
                 self._db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
             elif version > SCHEMA_VERSION:
                 raise StoreError(
@@ -420,13 +432,13 @@ class JobStore:
                 )
         return self.get(job_id)
 
-    @staticmethod
-    def _back_to_queue(db: sqlite3.Connection, job_id: int, failures: int, reason: str | None) -> None:
+    def _back_to_queue(self, db: sqlite3.Connection, job_id: int, failures: int, reason: str | None) -> None:
         db.execute(
-            # Its last attempt's start and end stay in that attempt's record; the job is not started now.
+            # Its last attempt's start and end stay in that attempt's record; the job is not started
+            # now, and waits from now on.
             "UPDATE jobs SET state = 'queued', started_at = NULL, ended_at = NULL, exit_code = NULL, pid = NULL,"
-            " pid_start = NULL, request = NULL, failures = ?, reason = ? WHERE id = ?",
-            (failures, reason, job_id),
+            " pid_start = NULL, request = NULL, failures = ?, reason = ?, queued_at = ? WHERE id = ?",
+            (failures, reason, self._clock(), job_id),
         )
 
     def mark_ended(self, job_id: int, exit_code: int | None, state: str, reason: str | None = None) -> Job:

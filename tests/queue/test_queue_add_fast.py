@@ -56,6 +56,7 @@ def _stored(queue: QueueBox, job_id: int) -> dict[str, object]:
         not in (
             "id",
             "submitted_at",
+            "queued_at",
             "reason",
             "state",
             "started_at",

@@ -367,6 +367,7 @@ def test_a_job_queued_again_is_not_started_until_it_starts(queue: QueueBox) -> N
     ok(queue("queue", "retry", str(done)))
     again = show(queue, done)["job"]
     assert (again["state"], again["started_at"], again["ended_at"]) == ("queued", None, None)
+    assert again["queued_at"] >= first["ended_at"] and first["queued_at"] == first["submitted_at"]
     ok(queue("queue", "cancel", str(done)))
     data = show(queue, done)
     assert data["job"]["started_at"] is None  # cancelled before its second attempt started

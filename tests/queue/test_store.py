@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from gpubox.queue.jobs import spec_to_json
 from gpubox.queue.store import Job, JobSpec, JobStore, StoreError
 from tests.queue.conftest import Clock
 
@@ -303,6 +304,41 @@ def test_newer_schema_is_refused(tmp_path: Path) -> None:
         JobStore(path)
 
 
+# The jobs table as gpubox wrote it at schema 1, word for word (before jobs.queued_at).
+SCHEMA_1_JOBS = """CREATE TABLE jobs (
+    id INTEGER PRIMARY KEY AUTOINCREMENT, spec TEXT NOT NULL, kind TEXT NOT NULL, name TEXT,
+    priority INTEGER NOT NULL, state TEXT NOT NULL, submitted_at REAL NOT NULL, started_at REAL,
+    ended_at REAL, attempt INTEGER NOT NULL DEFAULT 0, failures INTEGER NOT NULL DEFAULT 0,
+    exit_code INTEGER, gpu_uuids TEXT, pid INTEGER, pid_start INTEGER, boot_id TEXT, reason TEXT,
+    request TEXT)"""
+
+
+def test_a_schema_1_database_is_migrated_and_keeps_its_jobs(tmp_path: Path, clock: Clock) -> None:
+    path = tmp_path / "q.db"
+    JobStore(path).close()  # the other tables, as schema 1 had them too
+    db = sqlite3.connect(path)
+    db.execute("DROP TABLE jobs")
+    db.execute(SCHEMA_1_JOBS)
+    spec = spec_to_json(JobSpec(argv=("true",), cwd="/", env={}))
+    db.execute(
+        "INSERT INTO jobs (spec, kind, priority, state, submitted_at, started_at, ended_at, attempt, exit_code)"
+        " VALUES (?, 'other', 0, 'failed', 100.0, 110.0, 120.0, 1, 3)",
+        (spec,),
+    )
+    db.execute("PRAGMA user_version = 1")
+    db.commit()
+    db.close()
+    store = JobStore(path, clock=clock)
+    old = store.require(1)
+    assert (old.state, old.exit_code, old.queued_at) == ("failed", 3, None)  # never queued again
+    again = store.requeue(1)
+    assert (again.state, again.started_at, again.queued_at) == ("queued", None, clock())
+    store.close()
+    db = sqlite3.connect(path)
+    assert db.execute("PRAGMA user_version").fetchone()[0] == 2
+    db.close()
+
+
 def test_private_files_and_wal(tmp_path: Path) -> None:
     path = tmp_path / "state" / "gpubox" / "queue.db"
     s = JobStore(path)
@@ -311,6 +347,6 @@ def test_private_files_and_wal(tmp_path: Path) -> None:
     assert stat.S_IMODE(path.parent.stat().st_mode) == 0o700
     db = sqlite3.connect(path)
     assert db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
-    assert db.execute("PRAGMA user_version").fetchone()[0] == 1
+    assert db.execute("PRAGMA user_version").fetchone()[0] == 2
     db.close()
     s.close()
