@@ -744,18 +744,23 @@ class Daemon:
             old = armed.guess.job
             if (old.attempt, old.spec) != (job.attempt, job.spec):
                 supervise.discard(armed.spare)  # prepared for the job as it was
-            elif store.mark_started(
-                job.id,
-                armed.spare.pid,
-                (),
-                self.boot,
-                str(attempt_prefix(self.logs_dir, job.id, attempt)),
-                pid_start=armed.spare.pid_start,
-                expect=job.spec,
-            ):
-                self._go(store, job, armed.spare)  # the spare armed for this very job
-                return
             else:
+                try:
+                    started = store.mark_started(
+                        job.id,
+                        armed.spare.pid,
+                        (),
+                        self.boot,
+                        str(attempt_prefix(self.logs_dir, job.id, attempt)),
+                        pid_start=armed.spare.pid_start,
+                        expect=job.spec,
+                    )
+                except BaseException:
+                    supervise.discard(armed.spare)  # not recorded: it runs nothing, and exits
+                    raise
+                if started:
+                    self._go(store, job, armed.spare)  # the spare armed for this very job
+                    return
                 supervise.discard(armed.spare)  # the job changed under us (cancelled, edited)
                 self._dirty = True
                 return
@@ -773,15 +778,19 @@ class Daemon:
                 supervise.prepare(spare, launch)
             except OSError:
                 continue  # that spare died
-            started = store.mark_started(
-                job.id,
-                spare.pid,
-                gpu_uuids,
-                self.boot,
-                str(launch.log_prefix),
-                pid_start=spare.pid_start,
-                expect=job.spec,
-            )
+            try:
+                started = store.mark_started(
+                    job.id,
+                    spare.pid,
+                    gpu_uuids,
+                    self.boot,
+                    str(launch.log_prefix),
+                    pid_start=spare.pid_start,
+                    expect=job.spec,
+                )
+            except BaseException:
+                supervise.discard(spare)  # not recorded (a full disk, say): it runs nothing, and exits
+                raise
             if not started:
                 supervise.discard(spare)  # the job changed under us (cancelled, edited); it runs nothing
                 self._dirty = True

@@ -270,7 +270,12 @@ class JobStore:
             self._db.execute("ROLLBACK")
             raise
         else:
-            self._db.execute("COMMIT")
+            try:
+                self._db.execute("COMMIT")
+            except sqlite3.DatabaseError as e:  # a full disk, say: nothing of it is kept
+                if self._db.in_transaction:
+                    self._db.execute("ROLLBACK")
+                raise StoreError(f"the job database {self.path} failed ({e})") from None
             self.writes += 1
         finally:
             self._in_transaction = False

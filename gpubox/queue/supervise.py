@@ -265,16 +265,22 @@ def _spare_main(launch_r: int, done_w: int) -> int:
         if launch is None:
             return 0  # no start was recorded (or it is sent away while idle): run nothing
         proctree.set_name(f"gpubox-job{launch.job_id}")
-        ready = _Ready(launch)
+        ready: _Ready | None = None
+        unready = ""
+        try:
+            ready = _Ready(launch)
+        except OSError as exc:  # a full disk, a read-only file system: the job fails, and says why
+            unready = f"its logs cannot be opened in {launch.log_prefix.parent}: {exc.strerror or exc}"
         try:
             # EOF instead of "go": sent away, or the daemon died, before or after it recorded the
             # start. Recorded, the job is this process's to run, as if "go" had come: it runs
             # once, and a later daemon records its end.
             if not orders.expect(GO) and not start_recorded(launch):
                 return 0  # no start was recorded: run nothing
-            result = _run(launch, ready, wake_r, wake_w)
+            result = Outcome(None, "failed", unready) if ready is None else _run(launch, ready, wake_r, wake_w)
         finally:
-            ready.close()
+            if ready is not None:
+                ready.close()
         if result.ended_at is None:
             result = dataclasses.replace(result, ended_at=time.time())
         told = False
@@ -286,7 +292,7 @@ def _spare_main(launch_r: int, done_w: int) -> int:
         if not (told and orders.expect(RECORDED, RECORDED_WAIT_S)):
             # Then the record a daemon that missed the message (killed, restarted) reads instead,
             # and a daemon woken to read it (once this process is gone: it then looks).
-            write_exit(log_paths(launch.log_prefix)[2], launch.attempt, result)
+            _leave_exit_record(launch, result)
             poke(launch.socket_path)
             return 0
         # Idle: out of the job's directory (it would keep a file system busy), under a name
@@ -357,13 +363,39 @@ def write_exit(path: Path, attempt: int, result: Outcome) -> None:
     """Leave the outcome where a daemon that missed the done message looks for it.
 
     One small write, no fsync: the file only has to outlive the daemon, not the machine (after a
-    power cut the job is `lost` whatever the file says), and a file cut short reads as missing.
+    power cut the job is `lost` whatever the file says). Written aside, then renamed: a write
+    cut short (a full disk) leaves no record at all, never a part of one.
     """
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+    aside = Path(f"{path}.tmp")
+    fd = os.open(aside, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
     try:
-        os.write(fd, json.dumps({"attempt": attempt, **_record(result)}).encode())
-    finally:
+        data = json.dumps({"attempt": attempt, **_record(result)}).encode()
+        if os.write(fd, data) != len(data):
+            raise OSError(errno.ENOSPC, "the exit record was cut short")
+    except BaseException:
         os.close(fd)
+        with suppress(OSError):
+            os.unlink(aside)
+        raise
+    os.close(fd)
+    os.replace(aside, path)
+
+
+EXIT_RETRY_S = 5.0  # how often a supervisor tries again to leave its exit record (a full disk)
+
+
+def _leave_exit_record(launch: Launch, result: Outcome) -> None:
+    """The exit record, however long it takes: until it is on disk, the outcome exists only in
+    this process, and a supervisor that gave up would leave its job `lost`."""
+    path = log_paths(launch.log_prefix)[2]
+    while True:
+        try:
+            write_exit(path, launch.attempt, result)
+            return
+        except OSError:
+            with suppress(OSError):
+                os.makedirs(path.parent, mode=0o700, exist_ok=True)  # a logs folder removed meanwhile
+            time.sleep(EXIT_RETRY_S)
 
 
 def read_exit(path: Path, attempt: int) -> Outcome | None:
@@ -399,8 +431,16 @@ class _Ready:
     def __init__(self, launch: Launch) -> None:
         out_path, err_path, _ = log_paths(launch.log_prefix)
         flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC
-        self.out = os.open(out_path, flags, 0o600)
-        self.err = os.open(err_path, flags, 0o600)
+        try:
+            self.out = os.open(out_path, flags, 0o600)
+        except FileNotFoundError:  # the logs folder was removed (to free space, say): made again
+            os.makedirs(out_path.parent, mode=0o700, exist_ok=True)
+            self.out = os.open(out_path, flags, 0o600)
+        try:
+            self.err = os.open(err_path, flags, 0o600)
+        except BaseException:
+            os.close(self.out)
+            raise
         spec = launch.spec
         self.cwd = spec.cwd
         self.argv = job_argv(spec)

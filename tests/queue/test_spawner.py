@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import select
 import signal
+import stat
 import subprocess
 import time
 from collections.abc import Iterator
@@ -276,3 +278,67 @@ def test_a_command_that_cannot_be_bytes_fails_its_job_instead_of_losing_it(tmp_p
         assert outcome.reason is not None and "cannot be run" in outcome.reason
         assert "cannot be run" in (tmp_path / "7.1.err").read_text()
         supervise.discard(spare)
+
+
+def test_logs_that_cannot_be_opened_fail_the_job_with_the_reason(tmp_path: Path) -> None:
+    # A read-only or full file system, here a file where the logs folder should be: the job does
+    # not run, and ends failed with the reason, instead of its supervisor dying (`lost`).
+    (tmp_path / "logs").write_text("not a folder")
+    launch = dataclasses.replace(
+        _launch(tmp_path, ("touch", str(tmp_path / "ran"))), log_prefix=tmp_path / "logs" / "7.1"
+    )
+    with _spawner() as (spawner, done_r):
+        spawner.ask()
+        spare = spawner.receive()
+        _hand_over(spare, launch)
+        number, attempt, outcome = _done(done_r)
+        assert (number, attempt, outcome.outcome, outcome.exit_code) == (7, 1, "failed", None)
+        assert outcome.reason == f"its logs cannot be opened in {tmp_path / 'logs'}: Not a directory"
+        assert not (tmp_path / "ran").exists()
+        assert supervise.recorded(spare)
+        supervise.discard(spare)
+
+
+def test_a_logs_folder_removed_meanwhile_is_made_again(tmp_path: Path) -> None:
+    folder = tmp_path / "state" / "logs"  # removed by someone freeing space, say
+    launch = dataclasses.replace(_launch(tmp_path, ("echo", "hi")), log_prefix=folder / "7.1")
+    with _spawner() as (spawner, done_r):
+        spawner.ask()
+        spare = spawner.receive()
+        _hand_over(spare, launch)
+        assert _done(done_r)[2].outcome == "succeeded"
+        assert (folder / "7.1.out").read_text() == "hi\n"
+        assert stat.S_IMODE(folder.stat().st_mode) == 0o700
+        supervise.discard(spare)
+
+
+def test_an_exit_record_that_cannot_be_written_is_tried_again_until_it_is(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A full disk: until the record is on disk the outcome lives only in the supervisor; giving
+    # up would leave the job `lost` with its exit code unknown.
+    real = supervise.write_exit
+    tries: list[int] = []
+
+    def full_twice(path: Path, attempt: int, result: supervise.Outcome) -> None:
+        tries.append(1)
+        if len(tries) <= 2:
+            raise OSError(28, "No space left on device")
+        real(path, attempt, result)
+
+    monkeypatch.setattr(supervise, "write_exit", full_twice)
+    monkeypatch.setattr(supervise, "EXIT_RETRY_S", 0.01)
+    launch = _launch(tmp_path, ("true",))
+    supervise._leave_exit_record(launch, supervise.Outcome(0, "succeeded", None, 5.0))
+    assert len(tries) == 3
+    found = supervise.read_exit(tmp_path / "7.1.exit", 1)
+    assert found is not None and (found.exit_code, found.outcome) == (0, "succeeded")
+    assert not (tmp_path / "7.1.exit.tmp").exists()
+
+
+def test_an_exit_record_cut_short_leaves_no_record(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(os, "write", lambda fd, data: len(data) // 2)  # the disk filled mid-write
+    with pytest.raises(OSError):
+        supervise.write_exit(tmp_path / "7.1.exit", 1, supervise.Outcome(0, "succeeded", None))
+    monkeypatch.undo()
+    assert sorted(p.name for p in tmp_path.iterdir()) == []

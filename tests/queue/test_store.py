@@ -350,3 +350,31 @@ def test_private_files_and_wal(tmp_path: Path) -> None:
     assert db.execute("PRAGMA user_version").fetchone()[0] == 2
     db.close()
     s.close()
+
+
+class _FullDisk:
+    """The store's connection, whose COMMIT fails as on a full disk."""
+
+    def __init__(self, db: sqlite3.Connection) -> None:
+        self._db = db
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self._db, name)
+
+    def execute(self, sql: str, *args: object) -> sqlite3.Cursor:
+        if sql == "COMMIT":
+            raise sqlite3.OperationalError("database or disk is full")
+        return self._db.execute(sql, *args)
+
+
+def test_a_commit_that_fails_is_one_store_error_and_keeps_nothing(tmp_path: Path) -> None:
+    store = JobStore(tmp_path / "q.db")
+    real = store._db
+    store._db = _FullDisk(real)  # type: ignore[assignment]
+    with pytest.raises(StoreError, match=r"failed \(database or disk is full\)"):
+        store.add(JobSpec(argv=("true",)))
+    store._db = real
+    assert not real.in_transaction
+    assert store.list() == []
+    assert store.add(JobSpec(argv=("true",))).id == 1  # the store is usable once the disk has room
+    store.close()
