@@ -17,7 +17,7 @@ def serve() -> int:
     """Run the queue daemon until it is stopped; its exit code. GpuboxError when it cannot."""
     from gpubox.config import load_config
     from gpubox.paths import absolute, resolve_paths
-    from gpubox.queue.daemon import AlreadyRunning, Daemon
+    from gpubox.queue.daemon import AlreadyRunning, CannotListen, Daemon
     from gpubox.queue.schedule import QueueConfig
     from gpubox.queue.store import StoreError
 
@@ -26,7 +26,7 @@ def serve() -> int:
     config = QueueConfig.from_values(values)
     try:
         return Daemon(paths, config, recording=_recording(paths, values)).run()
-    except AlreadyRunning as exc:
+    except (AlreadyRunning, CannotListen) as exc:
         raise GpuboxError(str(exc), ExitCode.FAILED) from None
     except (StoreError, PermissionError) as exc:
         raise GpuboxError(str(exc), ExitCode.FAILED) from None

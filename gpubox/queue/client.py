@@ -26,6 +26,7 @@ from gpubox.queue.layout import (
     log_paths,
     logs_dir,
     socket_path,
+    socket_problem,
 )
 from gpubox.queue.store import JobStore, StoreError
 from gpubox.queue.wire import Unreachable, ask, poke
@@ -52,6 +53,9 @@ def start_daemon(paths: Paths, env: Mapping[str, str] | None = None) -> int | No
     # It works from /: a setting relative to this client's directory goes to it resolved.
     whole = absolute(paths)
     load_config(env=daemon_env, paths=whole)  # as the daemon reads them (gpubox/cli/daemon_run.py)
+    problem = socket_problem(whole)
+    if problem is not None:
+        raise GpuboxError(problem, ExitCode.USAGE)
     ensure_private_dir(paths.state_dir)
     starting = os.open(paths.state_dir / STARTING_NAME, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
     try:

@@ -35,7 +35,15 @@ from gpubox.paths import Paths, ensure_private_dir
 from gpubox.queue import proctree, supervise
 from gpubox.queue.gpus import GpuInfo, NoNvml, NvmlGpus
 from gpubox.queue.jobs import END_STATES, Job
-from gpubox.queue.layout import LOCK_NAME, attempt_prefix, db_path, log_paths, logs_dir, socket_path
+from gpubox.queue.layout import (
+    LOCK_NAME,
+    attempt_prefix,
+    db_path,
+    log_paths,
+    logs_dir,
+    socket_path,
+    socket_problem,
+)
 from gpubox.queue.schedule import Plan, QueueConfig, gpu_count_of, plan_pass
 from gpubox.queue.spares import SparePool
 from gpubox.queue.store import JobStore
@@ -46,6 +54,10 @@ START_GRACE_S = 30.0  # a job recorded as started without a supervisor pid for t
 
 class AlreadyRunning(Exception):
     """Another daemon holds this state directory."""
+
+
+class CannotListen(Exception):
+    """The daemon's socket cannot be made (its path too long, a folder in the way)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -167,6 +179,9 @@ class Daemon:
 
     def _listen(self) -> socket.socket:
         ensure_private_dir(self.paths.runtime_dir)
+        problem = socket_problem(self.paths)
+        if problem is not None:
+            raise CannotListen(problem)
         with suppress(FileNotFoundError):
             os.unlink(self.socket_path)  # stale: we hold the lock, so no daemon listens on it
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)

@@ -31,6 +31,20 @@ def socket_path(paths: Paths) -> Path:
     return paths.runtime_dir / f"queue-{digest:08x}.sock"
 
 
+SOCKET_PATH_MAX = 107  # bytes in a Unix socket's path (sun_path holds 108, with its NUL)
+
+
+def socket_problem(paths: Paths) -> str | None:
+    """Why no daemon could listen on its socket, or None: said by the client that would start
+    one (the daemon itself could only say it in its log)."""
+    path = socket_path(paths)
+    if len(os.fsencode(path)) > SOCKET_PATH_MAX:
+        return f"the daemon's socket {path} is longer than {SOCKET_PATH_MAX} bytes: set a shorter GPUBOX_RUNTIME_DIR"
+    if path.is_dir() and not path.is_symlink():
+        return f"a folder is in the way of the daemon's socket {path}: remove it"
+    return None
+
+
 def logs_dir(paths: Paths) -> Path:
     return paths.state_dir / "logs"
 

@@ -191,6 +191,25 @@ def test_waiting_for_jobs_that_ended_starts_no_daemon(queue: QueueBox) -> None:
         time.sleep(0.05)
 
 
+@pytest.mark.parametrize("problem", ["long", "folder"])
+def test_a_socket_no_daemon_could_listen_on_is_said_by_the_client(queue: QueueBox, problem: str) -> None:
+    """Else the daemon would die at once, saying why only in its log, and the jobs wait for ever."""
+    if problem == "long":
+        runtime = queue.home / ("r" * 110)
+        queue.extra_env["GPUBOX_RUNTIME_DIR"] = str(runtime)
+        message = "is longer than 107 bytes: set a shorter GPUBOX_RUNTIME_DIR"
+    else:
+        queue.socket.mkdir(parents=True)
+        message = f"a folder is in the way of the daemon's socket {queue.socket}: remove it"
+    result = queue("queue", "add", "--gpus", "0", "--", "true")
+    assert (result.returncode, result.stdout) == (2, "")
+    assert result.stderr.startswith("gpubox: ") and result.stderr.endswith(message + "\n")
+    assert result.stderr.count("\n") == 1
+    assert not queue.rows() and queue.daemon_pid() is None
+    daemon = queue("daemon")  # in the foreground: one line, not a traceback in its log
+    assert daemon.returncode == 1 and daemon.stderr.count("\n") == 1 and message in daemon.stderr
+
+
 def test_clients_that_find_no_daemon_at_once_start_one_between_them(queue: QueueBox) -> None:
     """Twelve cold adds at the same moment: one daemon, not one each that then exits because
     another holds the lock (each a Python started for nothing, and a line in the log)."""
