@@ -51,14 +51,17 @@ def _serve(control: socket.socket, done_w: int) -> int:
             return 0  # the daemon is gone
         for _ in request:  # one spare per byte asked for
             try:
-                spare = supervise.fork_spare(done_w)
-            except OSError as exc:  # no fork (a process limit): say so; the daemon tries later
-                control.send(f"E {exc}".encode())
-                continue
-            try:
-                socket.send_fds(control, [f"{spare.pid} {spare.pid_start or 0}\n".encode()], [spare.launch_w])
-            finally:
-                os.close(spare.launch_w)
+                try:
+                    spare = supervise.fork_spare(done_w)
+                except OSError as exc:  # no fork (a process limit): say so; the daemon tries later
+                    control.send(f"E {exc}".encode())
+                    continue
+                try:
+                    socket.send_fds(control, [f"{spare.pid} {spare.pid_start or 0}\n".encode()], [spare.launch_w])
+                finally:
+                    os.close(spare.launch_w)  # the spare, never handed over, reads EOF and exits
+            except (BrokenPipeError, ConnectionResetError):
+                return 0  # the daemon is gone (killed, say): so is this, quietly
 
 
 def main(argv: list[str]) -> int:

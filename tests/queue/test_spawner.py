@@ -342,3 +342,27 @@ def test_an_exit_record_cut_short_leaves_no_record(tmp_path: Path, monkeypatch: 
         supervise.write_exit(tmp_path / "7.1.exit", 1, supervise.Outcome(0, "succeeded", None))
     monkeypatch.undo()
     assert sorted(p.name for p in tmp_path.iterdir()) == []
+
+
+def test_a_spawner_whose_daemon_is_gone_leaves_quietly(tmp_path: Path) -> None:
+    # The daemon asked for a spare, then died (SIGKILL): the spare cannot be handed over. The
+    # spawner exits without a traceback in the daemon's log, and the spare runs nothing.
+    log = tmp_path / "daemon.log"
+    saved = os.dup(2)
+    with open(log, "wb") as fh:
+        os.dup2(fh.fileno(), 2)  # the spawner writes where the daemon's stderr goes
+        try:
+            done_r, done_w = os.pipe2(os.O_CLOEXEC)
+            spawner = Spawner(done_w)
+            spawner.ask()
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+    proc = spawner.proc
+    assert proc is not None and spawner.control is not None
+    spawner.control.close()  # the daemon's end, gone right after asking
+    spawner.control = None
+    assert proc.wait(timeout=10) == 0
+    os.close(done_r)
+    os.close(done_w)
+    assert log.read_text() == ""
