@@ -163,13 +163,16 @@ def check_spec(spec: JobSpec, kinds: tuple[str, ...]) -> None:
         )
     # What reaches the kernel must be bytes: text that came from bytes (surrogateescape) is, a
     # lone surrogate (from JSON's "\ud800", say) is not, and would fail only when the job starts.
-    texts = [("the command", a) for a in spec.argv] + [("the working directory", spec.cwd)]
-    texts += [(f"the environment variable {k!r}", t) for k, v in spec.env.items() for t in (k, v)]
-    for what, text in texts:
-        try:
-            text.encode("utf-8", "surrogateescape")
-        except UnicodeEncodeError:
-            raise ValueError(f"{what} holds {text!r}, which is not text a program can be given") from None
+    try:  # all at once: one call, where one a string cost a 1,000-line file 13 ms
+        "\0".join((*spec.argv, spec.cwd, *spec.env.keys(), *spec.env.values())).encode("utf-8", "surrogateescape")
+    except UnicodeEncodeError:
+        texts = [("the command", a) for a in spec.argv] + [("the working directory", spec.cwd)]
+        texts += [(f"the environment variable {k!r}", t) for k, v in spec.env.items() for t in (k, v)]
+        for what, text in texts:
+            try:
+                text.encode("utf-8", "surrogateescape")
+            except UnicodeEncodeError:
+                raise ValueError(f"{what} holds {text!r}, which is not text a program can be given") from None
     if spec.name is not None:
         if not spec.name.strip() or any(c < " " or c == "\x7f" for c in spec.name):
             raise ValueError(f"invalid name {spec.name!r}: expected one line, with no control characters")
