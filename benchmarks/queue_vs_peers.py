@@ -28,7 +28,9 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-GPUBOX = [sys.executable, "-m", "gpubox"]
+# -P: `-m` would put the working directory first on the path, and from this project's folder
+# the gpubox there would answer even where PYTHONPATH names another (--baseline).
+GPUBOX = [sys.executable, "-P", "-m", "gpubox"]
 TICK = os.sysconf("SC_CLK_TCK")
 SLOTS = 1
 WARM = False
