@@ -85,7 +85,7 @@ def status(as_json: JSON = False) -> None:
         print_json("daemon status", {**info, "running": True})
         return
     up = time.time() - float(info.get("started_at", time.time()))
-    paused = ", ".join(info.get("paused") or []) or "nothing"
+    paused = ", ".join(info.get("paused_labels") or info.get("paused") or []) or "nothing"
     sys.stdout.write(
         f"running: pid {info.get('pid')}, up {int(up)}s, {info.get('queued_jobs')} queued, "
         f"{info.get('running_jobs')} running, paused: {paused}\n"

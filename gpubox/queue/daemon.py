@@ -46,7 +46,7 @@ from gpubox.queue.layout import (
 )
 from gpubox.queue.schedule import Plan, QueueConfig, gpu_count_of, plan_pass
 from gpubox.queue.spares import SparePool
-from gpubox.queue.store import JobStore
+from gpubox.queue.store import QUEUE, JobStore
 from gpubox.telemetry.devices import nvidia_devices_present
 
 START_GRACE_S = 30.0  # a job recorded as started without a supervisor pid for this long never ran
@@ -368,7 +368,17 @@ class Daemon:
             "queued_jobs": counts.get("queued", 0),
             "running_jobs": counts.get("running", 0),
             "paused": sorted(store.paused()),
+            "paused_labels": self._paused_labels(store),
         }
+
+    def _paused_labels(self, store: JobStore) -> list[str]:
+        """What is paused, as people name it: "the queue", "GPU 1" (a GPU gone from the box by
+        its UUID)."""
+        index = {g.uuid: g.index for g in self.last_gpus}
+        paused = store.paused()
+        labels = ["the queue"] if QUEUE in paused else []
+        gpus = sorted((index.get(t, 1 << 30), t) for t in paused if t != QUEUE)
+        return labels + [f"GPU {t}" if i == 1 << 30 else f"GPU {i}" for i, t in gpus]
 
     # One pass
 

@@ -318,6 +318,8 @@ def test_a_paused_gpu_gets_no_job_until_resumed(queue: QueueBox) -> None:
     record = listed(queue, job, "GPU 1 is paused")
     assert record["state"] == "queued"
     assert record["reason"] == f"needs 1 GPU: GPU 0 held by job {busy} (other), GPU 1 is paused"
+    status = queue("daemon", "status")
+    assert status.returncode == 0 and "paused: GPU 1\n" in status.stdout, status.stdout
     whole = queue("queue", "resume")  # the queue was not paused; GPU 1 is, and stays so
     assert (whole.returncode, whole.stdout) == (0, "the queue: was not paused\n")
     assert whole.stderr == "gpubox: still paused: GPU 1 (gpubox queue resume --gpu ID, for each)\n"
