@@ -562,7 +562,11 @@ class Daemon:
     def _orphaned(self, job: Job) -> supervise.Outcome:
         """A supervisor died without a word: what it ran must not hold the GPUs on, unwatched."""
         assert job.pid is not None
-        left = proctree.job_processes(job.pid, job.id)
+        prefix = attempt_prefix(self.logs_dir, job.id, job.attempt)
+        # Not this daemon, nor what it runs: started from inside that job (its `queue add`), the
+        # daemon carries the job's marks too.
+        ours = proctree.descendants(os.getpid()) | {os.getpid()}
+        left = proctree.job_processes(job.pid, job.id, str(prefix)) - ours
         for pid in left:
             with suppress(ProcessLookupError, PermissionError):
                 os.kill(pid, signal.SIGKILL)

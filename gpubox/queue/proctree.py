@@ -35,20 +35,28 @@ def start_ticks(pid: int) -> int | None:
     return int(fields[19]) if fields else None
 
 
-def job_processes(supervisor: int, job_id: int) -> set[int]:
-    """The processes still in a supervisor's session that carry the job's id in their
-    environment: what a supervisor that died left running."""
+def job_processes(supervisor: int, job_id: int, log_prefix: str | None = None) -> set[int]:
+    """What a supervisor that died left running: the processes in its session that carry the
+    job's id in their environment, and, anywhere, those that carry the attempt's own mark
+    (`GPUBOX_JOB_LOG`): a daemonized helper leaves the session, and its new parent is not the
+    supervisor once that is gone."""
     marker = f"GPUBOX_JOB_ID={job_id}".encode()
+    mark = None if log_prefix is None else os.fsencode(f"GPUBOX_JOB_LOG={log_prefix}")
     found = set()
     for name in os.listdir("/proc"):
         if not name.isdigit():
             continue
         fields = _stat_fields(int(name))
-        if not fields or fields[0] == b"Z" or int(fields[3]) != supervisor:  # field 6: the session
+        if not fields or fields[0] == b"Z":
+            continue
+        in_session = int(fields[3]) == supervisor  # field 6: the session
+        if not in_session and mark is None:
             continue
         with suppress(OSError):
-            if marker in Path(f"/proc/{name}/environ").read_bytes().split(b"\0"):
+            env = Path(f"/proc/{name}/environ").read_bytes().split(b"\0")
+            if (in_session and marker in env) or (mark is not None and mark in env):
                 found.add(int(name))
+    found.discard(os.getpid())
     return found
 
 

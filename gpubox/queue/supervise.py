@@ -68,9 +68,15 @@ class Outcome:
     ran: bool = True  # False: stopped before the job was started at all
 
 
-def job_environment(spec: JobSpec, job_id: int, attempt: int, gpu_uuids: tuple[str, ...]) -> dict[str, str]:
+def job_environment(
+    spec: JobSpec, job_id: int, attempt: int, gpu_uuids: tuple[str, ...], log_prefix: Path | None = None
+) -> dict[str, str]:
     """The environment captured at submission, with the job's GPUs (by UUID) and its identity."""
     env = dict(spec.env)
+    if log_prefix is not None:
+        # The attempt's own mark, one queue's and one attempt's alone (unlike a job id, which
+        # another queue may give too): what finds the processes it left when its supervisor dies.
+        env["GPUBOX_JOB_LOG"] = str(log_prefix)
     env["CUDA_VISIBLE_DEVICES"] = ",".join(gpu_uuids)  # empty for a CPU-only job: no GPU at all
     env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
     env["GPUBOX_JOB_ID"] = str(job_id)
@@ -444,7 +450,7 @@ class _Ready:
         spec = launch.spec
         self.cwd = spec.cwd
         self.argv = job_argv(spec)
-        self.env = job_environment(spec, launch.job_id, launch.attempt, launch.gpu_uuids)
+        self.env = job_environment(spec, launch.job_id, launch.attempt, launch.gpu_uuids, launch.log_prefix)
 
     def close(self) -> None:
         for fd in (self.out, self.err):

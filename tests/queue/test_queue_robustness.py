@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -54,6 +55,54 @@ def test_a_daemon_started_by_a_job_outlives_that_job(queue: QueueBox, tmp_path: 
     assert queue.job(inner_id)["state"] == "running", "the job's end took another job with it"
     (tmp_path / "go-inner").touch()
     assert queue("queue", "wait", str(inner_id), timeout=HANG).returncode == 0
+
+
+# A helper that leaves the job's session and process tree (setsid, then a double fork), and
+# writes its pid: orphaned, its parent is init, not the job's supervisor.
+ESCAPE = (
+    "import os, sys, time\n"
+    "if os.fork(): os.wait(); sys.exit(0)\n"
+    "os.setsid()\n"
+    "if os.fork(): os._exit(0)\n"
+    "open(sys.argv[1], 'w').write(str(os.getpid()))\n"
+    "time.sleep(600)\n"
+)
+
+
+def test_a_killed_supervisor_leaves_no_escaped_helper_running(queue: QueueBox, tmp_path: Path) -> None:
+    (tmp_path / "escape.py").write_text(ESCAPE)
+    pid_file = tmp_path / "helper.pid"
+    script = f"{sys.executable} {tmp_path / 'escape.py'} {pid_file}; {hold_until(tmp_path / 'never')}"
+    queue.start_daemon()
+    job = queue.add("--gpus", "0", "--shell", "--", script)
+    row = queue.wait_state(job, ("running",), HANG)
+    wait_until(lambda: pid_file.exists() and pid_file.read_text() != "", HANG, "the helper's pid")
+    helper = int(pid_file.read_text())
+    assert os.getsid(helper) != row["pid"]  # out of the supervisor's session
+    os.kill(row["pid"], signal.SIGKILL)  # the supervisor itself, killed by someone
+    ended = queue.wait_state(job, ("lost",), HANG)
+    assert "process(es) were killed" in ended["reason"]
+    wait_until(lambda: not proctree.is_alive(helper, None), HANG, "the escaped helper to be killed")
+
+
+def test_a_killed_supervisor_spares_the_daemon_its_job_started(queue: QueueBox, tmp_path: Path) -> None:
+    queue.start_daemon()
+    outer = queue.add("--gpus", "0", "--shell", "--", hold_until(tmp_path / "never"))
+    row = queue.wait_state(outer, ("running",), HANG)
+    assert queue("daemon", "stop").returncode == 0
+    # A daemon started from inside the job (its `queue add`) carries the job's marks.
+    marks = {"GPUBOX_JOB_ID": str(outer), "GPUBOX_JOB_LOG": str(queue.state_dir / "logs" / f"{outer}.1")}
+    queue.add("--gpus", "0", "--", "true", env=marks)
+    daemon = queue.daemon_pid()
+    assert daemon is not None
+    assert marks["GPUBOX_JOB_LOG"].encode() in Path(f"/proc/{daemon}/environ").read_bytes()
+    wait_until(lambda: proctree.descendants(daemon), HANG, "the daemon's spawner")
+    spawner = sorted(proctree.descendants(daemon))[0]  # its first child, and what that forked
+    assert marks["GPUBOX_JOB_LOG"].encode() in Path(f"/proc/{spawner}/environ").read_bytes()
+    os.kill(row["pid"], signal.SIGKILL)
+    queue.wait_state(outer, ("lost",), HANG)
+    assert proctree.is_alive(daemon, None), "the daemon was taken for the job's"
+    assert proctree.is_alive(spawner, None), "the daemon's spawner was taken for the job's"
 
 
 def test_a_cancel_is_not_undone_by_retries(queue: QueueBox, tmp_path: Path) -> None:
