@@ -78,13 +78,9 @@ def absolute(paths: Paths) -> Paths:
 
 
 def ensure_private_dir(path: Path) -> Path:
-    """Create a directory readable by its owner alone; refuse one that another user owns, and
-    close one of ours that others may enter (made beforehand by hand, say): in a folder others
-    may write, they could replace the files in it."""
+    """Create a directory readable by its owner alone; refuse one that another user owns."""
     path.mkdir(mode=0o700, parents=True, exist_ok=True)
     st = path.stat()
     if st.st_uid != os.getuid():
         raise PermissionError(f"{path} belongs to uid {st.st_uid}, not to us")
-    if st.st_mode & 0o077:
-        os.chmod(path, 0o700)
     return path

@@ -56,11 +56,3 @@ def test_private_dir_is_0700_and_refuses_someone_elses(tmp_path: Path) -> None:
         os.chown(other, 12345, 12345)
         with pytest.raises(PermissionError):
             ensure_private_dir(other)
-
-
-def test_a_private_dir_made_open_beforehand_is_closed(tmp_path: Path) -> None:
-    loose = tmp_path / "state"
-    loose.mkdir()
-    loose.chmod(0o777)  # made by hand, open to everyone: they could replace the queue's files
-    ensure_private_dir(loose)
-    assert loose.stat().st_mode & 0o777 == 0o700
