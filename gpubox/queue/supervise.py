@@ -271,21 +271,22 @@ def _spare_main(launch_r: int, done_w: int) -> int:
         if launch is None:
             return 0  # no start was recorded (or it is sent away while idle): run nothing
         proctree.set_name(f"gpubox-job{launch.job_id}")
-        ready: _Ready | None = None
-        unready = ""
-        try:
-            ready = _Ready(launch)
-        except OSError as exc:  # a full disk, a read-only file system: the job fails, and says why
-            unready = f"its logs cannot be opened in {launch.log_prefix.parent}: {exc.strerror or exc}"
+        ready: _Ready | OSError = _ready(launch)
         try:
             # EOF instead of "go": sent away, or the daemon died, before or after it recorded the
             # start. Recorded, the job is this process's to run, as if "go" had come: it runs
             # once, and a later daemon records its end.
             if not orders.expect(GO) and not start_recorded(launch):
                 return 0  # no start was recorded: run nothing
-            result = Outcome(None, "failed", unready) if ready is None else _run(launch, ready, wake_r, wake_w)
+            if isinstance(ready, OSError):
+                ready = _ready(launch)  # prepared long before, maybe: what counts is now
+            if isinstance(ready, OSError):  # a full disk, a read-only file system: it fails, saying why
+                where = launch.log_prefix.parent
+                result = Outcome(None, "failed", f"its logs cannot be opened in {where}: {ready.strerror or ready}")
+            else:
+                result = _run(launch, ready, wake_r, wake_w)
         finally:
-            if ready is not None:
+            if not isinstance(ready, OSError):
                 ready.close()
         if result.ended_at is None:
             result = dataclasses.replace(result, ended_at=time.time())
@@ -388,20 +389,31 @@ def write_exit(path: Path, attempt: int, result: Outcome) -> None:
 
 
 EXIT_RETRY_S = 5.0  # how often a supervisor tries again to leave its exit record (a full disk)
+_FULL = {errno.ENOSPC, errno.EDQUOT}  # what clears once someone frees space
 
 
 def _leave_exit_record(launch: Launch, result: Outcome) -> None:
-    """The exit record, however long it takes: until it is on disk, the outcome exists only in
-    this process, and a supervisor that gave up would leave its job `lost`."""
+    """The exit record, tried again while the disk is full: until it is on disk the outcome
+    exists only in this process, and a supervisor that gave up would leave its job `lost`. Not
+    for ever: not past an error that no freed space clears (a read-only file system, a state
+    folder removed on purpose, which is not made again), nor past a stop signal (a cancel)."""
     path = log_paths(launch.log_prefix)[2]
     while True:
         try:
             write_exit(path, launch.attempt, result)
             return
-        except OSError:
-            with suppress(OSError):
-                os.makedirs(path.parent, mode=0o700, exist_ok=True)  # a logs folder removed meanwhile
-            time.sleep(EXIT_RETRY_S)
+        except FileNotFoundError:
+            if path.parent.is_dir() or not path.parent.parent.is_dir():
+                return  # the whole state folder is gone: nobody is left to read the record
+            try:
+                os.mkdir(path.parent, 0o700)  # only the logs folder, removed to free space
+            except OSError:
+                return
+            continue
+        except OSError as exc:
+            if exc.errno not in _FULL or _stops:
+                return
+        time.sleep(EXIT_RETRY_S)
 
 
 def read_exit(path: Path, attempt: int) -> Outcome | None:
@@ -425,6 +437,13 @@ def _note(fd: int, message: str) -> None:
 _RESET = (signal.SIGINT, signal.SIGHUP, signal.SIGPIPE, signal.SIGXFSZ, signal.SIGTERM, signal.SIGUSR1, signal.SIGCHLD)
 
 
+def _ready(launch: Launch) -> _Ready | OSError:
+    try:
+        return _Ready(launch)
+    except OSError as exc:
+        return exc
+
+
 class _Ready:
     """What a spare prepares before it may run its job: the logs and the environment. Nothing
     here runs the job or writes to its logs, and the directory is entered only at "go": the job
@@ -439,8 +458,8 @@ class _Ready:
         flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC
         try:
             self.out = os.open(out_path, flags, 0o600)
-        except FileNotFoundError:  # the logs folder was removed (to free space, say): made again
-            os.makedirs(out_path.parent, mode=0o700, exist_ok=True)
+        except FileNotFoundError:  # the logs folder was removed (to free space, say): made again,
+            os.mkdir(out_path.parent, 0o700)  # but not a whole state folder removed on purpose
             self.out = os.open(out_path, flags, 0o600)
         try:
             self.err = os.open(err_path, flags, 0o600)

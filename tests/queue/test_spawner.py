@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import dataclasses
+import errno
 import json
 import os
 import select
 import signal
 import stat
 import subprocess
+import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -300,6 +302,7 @@ def test_logs_that_cannot_be_opened_fail_the_job_with_the_reason(tmp_path: Path)
 
 
 def test_a_logs_folder_removed_meanwhile_is_made_again(tmp_path: Path) -> None:
+    (tmp_path / "state").mkdir()
     folder = tmp_path / "state" / "logs"  # removed by someone freeing space, say
     launch = dataclasses.replace(_launch(tmp_path, ("echo", "hi")), log_prefix=folder / "7.1")
     with _spawner() as (spawner, done_r):
@@ -366,3 +369,75 @@ def test_a_spawner_whose_daemon_is_gone_leaves_quietly(tmp_path: Path) -> None:
     os.close(done_r)
     os.close(done_w)
     assert log.read_text() == ""
+
+
+def test_logs_that_could_not_be_opened_when_prepared_are_tried_again_at_go(tmp_path: Path) -> None:
+    # Prepared while the disk was full (or read-only) for a moment: what counts is the start.
+    blocker = tmp_path / "logs"
+    blocker.write_text("not a folder yet")
+    launch = dataclasses.replace(_launch(tmp_path, ("echo", "ran")), log_prefix=blocker / "7.1")
+    with _spawner() as (spawner, done_r):
+        spawner.ask()
+        spare = spawner.receive()
+        supervise.prepare(spare, launch)
+        time.sleep(0.3)  # it has tried, and failed, to open its logs
+        blocker.unlink()
+        blocker.mkdir()
+        supervise.go(spare)
+        assert _done(done_r)[2].outcome == "succeeded"
+        assert (blocker / "7.1.out").read_text() == "ran\n"
+        supervise.discard(spare)
+
+
+def _returns(call: Callable[[], None], within: float = 10.0) -> None:
+    """Run `call`; fail, rather than hang, when it has not returned in time."""
+    thread = threading.Thread(target=call, daemon=True)
+    thread.start()
+    thread.join(within)
+    assert not thread.is_alive(), "it did not return"
+
+
+@pytest.mark.parametrize("error", [errno.EROFS, errno.EACCES])
+def test_an_exit_record_is_not_tried_again_past_an_error_freed_space_does_not_clear(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, error: int
+) -> None:
+    tries: list[int] = []
+
+    def refused(path: Path, attempt: int, result: supervise.Outcome) -> None:
+        tries.append(1)
+        raise OSError(error, os.strerror(error))
+
+    monkeypatch.setattr(supervise, "write_exit", refused)
+    monkeypatch.setattr(supervise, "EXIT_RETRY_S", 0.01)
+    _returns(
+        lambda: supervise._leave_exit_record(_launch(tmp_path, ("true",)), supervise.Outcome(0, "succeeded", None))
+    )
+    assert len(tries) == 1
+
+
+def test_a_full_disk_is_waited_out_only_until_a_stop_signal(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tries: list[int] = []
+
+    def full(path: Path, attempt: int, result: supervise.Outcome) -> None:
+        tries.append(1)
+        if len(tries) == 3:
+            supervise._stops.append(signal.SIGTERM)  # a cancel, while it waits
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(supervise, "write_exit", full)
+    monkeypatch.setattr(supervise, "EXIT_RETRY_S", 0.01)
+    monkeypatch.setattr(supervise, "_stops", [])
+    _returns(
+        lambda: supervise._leave_exit_record(_launch(tmp_path, ("true",)), supervise.Outcome(0, "succeeded", None))
+    )
+    assert len(tries) == 3
+
+
+def test_a_state_folder_removed_on_purpose_is_not_made_again(tmp_path: Path) -> None:
+    state = tmp_path / "state"
+    launch = dataclasses.replace(_launch(tmp_path, ("true",)), log_prefix=state / "logs" / "7.1")
+    _returns(lambda: supervise._leave_exit_record(launch, supervise.Outcome(0, "succeeded", None)))
+    assert not state.exists()
+    state.mkdir()  # only the logs folder is gone: made again, and the record left
+    supervise._leave_exit_record(launch, supervise.Outcome(0, "succeeded", None))
+    assert supervise.read_exit(state / "logs" / "7.1.exit", 1) is not None
