@@ -277,7 +277,8 @@ def wait(
     with errors():
         limit = parse_duration(timeout, zero=True) if timeout is not None else None
         with open_queue_store(paths) as store:
-            if any(store.require(job_id).state not in END_STATES for job_id in ids):
+            jobs_now = [store.require(job_id) for job_id in ids]  # every id, before anything starts
+            if any(job.state not in END_STATES for job in jobs_now):
                 wake_daemon(paths)  # a job only moves on while a daemon runs
             jobs = wait_jobs(store, ids, limit, on_poll=keep_daemon(paths))
     if jobs is None:

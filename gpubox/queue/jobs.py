@@ -133,8 +133,10 @@ def spec_from_json(text: str) -> JobSpec:
     )
 
 
-def check_spec(spec: JobSpec, kinds: tuple[str, ...]) -> None:
-    """Raise ValueError, with one clear line, for a spec the queue cannot run."""
+def check_spec(spec: JobSpec, kinds: tuple[str, ...], check_text: bool = True) -> None:
+    """Raise ValueError, with one clear line, for a spec the queue cannot run. `check_text`: also the
+    command's, environment's and name's text (a job stored by an older gpubox, edited, keeps
+    the text it was accepted with)."""
     if not spec.argv or any(not isinstance(a, str) for a in spec.argv) or not spec.argv[0].strip():
         raise ValueError("the command is empty")
     if spec.kind not in kinds:
@@ -161,6 +163,8 @@ def check_spec(spec: JobSpec, kinds: tuple[str, ...]) -> None:
         raise ValueError(
             "an environment variable has an empty name, or a NUL byte or '=' in its name, or a NUL in its value"
         )
+    if not check_text:
+        return
     # What reaches the kernel must be bytes: text that came from bytes (surrogateescape) is, a
     # lone surrogate (from JSON's "\ud800", say) is not, and would fail only when the job starts.
     try:  # all at once: one call, where one a string cost a 1,000-line file 13 ms

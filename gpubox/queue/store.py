@@ -176,6 +176,9 @@ class JobStore:
             if mode.lower() != "wal":
                 raise StoreError(f"the job database {self.path} cannot use WAL mode")
             self._init_schema()
+        except sqlite3.OperationalError as e:  # a full disk, side files that cannot be made: not corrupt
+            self._db.close()
+            raise StoreError(f"cannot open the job database {self.path}: {e}") from None
         except sqlite3.DatabaseError as e:
             self._db.close()
             raise StoreError(f"the job database {self.path} is corrupt or not a gpubox database ({e})") from None
@@ -207,8 +210,11 @@ class JobStore:
         try:
             version = self._db.execute("PRAGMA user_version").fetchone()[0]
             tables = self._db.execute("SELECT count(*) FROM sqlite_master").fetchone()[0] if version == 0 else 0
-        finally:
-            self._db.execute("COMMIT")
+        except BaseException:
+            if self._db.in_transaction:  # a read that failed (a full disk) may have ended it already
+                self._db.execute("ROLLBACK")
+            raise
+        self._db.execute("COMMIT")
         if tables:
             raise StoreError(f"{self.path} is an SQLite database, but not gpubox's")
 
@@ -531,7 +537,7 @@ class JobStore:
             if row["state"] != "queued":
                 raise ValueError(f"job {job_id} is {row['state']}; only a queued job can be edited")
             spec = replace(spec_from_json(row["spec"]), **changes)
-            check_spec(spec, KINDS)
+            check_spec(spec, KINDS, check_text=False)  # only what an edit changes
             db.execute(
                 "UPDATE jobs SET spec = ?, priority = ? WHERE id = ?",
                 (spec_to_json(spec), spec.priority, job_id),

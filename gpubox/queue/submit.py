@@ -211,23 +211,27 @@ def _json_job(doc: Any, defaults: AddOptions) -> tuple[list[str], AddOptions]:
 
 
 def strip_comment(line: str) -> str:
-    """The line without its comment, as a shell reads one: from a `#` that starts a word, outside
-    quotes (`a#b` is one word, `"x # y"` one argument, `x \\# y` three)."""
+    """The line without its comment, as a shell reads one: from a `#` that starts a word (after
+    an unquoted, unescaped blank), outside quotes: `a#b`, `"x # y"` and `a\\ #b` keep theirs."""
     quote = ""
     escaped = False
+    word_start = True
     for i, c in enumerate(line):
+        literal = escaped or bool(quote)  # this character is not a blank that ends a word
         if escaped:
             escaped = False
         elif quote == "'":
             quote = "" if c == "'" else quote
+        elif quote == '"':
+            escaped = c == "\\"
+            quote = "" if c == '"' else quote
         elif c == "\\":
             escaped = True
-        elif quote == '"':
-            quote = "" if c == '"' else quote
         elif c in "'\"":
             quote = c
-        elif c == "#" and (i == 0 or line[i - 1] in " \t"):
+        elif c == "#" and word_start:
             return line[:i]
+        word_start = not literal and c in " \t"
     return line
 
 

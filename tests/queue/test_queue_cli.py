@@ -191,10 +191,12 @@ def test_a_job_file_is_read_as_a_shell_reads_comments_and_as_editors_write_it(qu
         '{"cmd": "echo first", "name": "after-a-bom"}',  # the file starts with a byte-order mark
         "python train.py --lr 3e-4  # baseline",
         "curl http://host/page#anchor 'a # b' \\#c",
+        "echo a\\ #b  # an escaped blank starts no comment",
     ]
     jobs.write_bytes(b"\xef\xbb\xbf" + "\r\n".join(lines).encode() + b"\r\n")
     added = ids_of(ok(queue("queue", "add", "--gpus", "0", "--file", str(jobs))))
-    first, train, curl = (show(queue, i)["job"] for i in added)
+    first, train, curl, escaped = (show(queue, i)["job"] for i in added)
+    assert escaped["argv"] == ["echo", "a #b"]
     assert (first["name"], first["argv"]) == ("after-a-bom", ["echo", "first"])
     assert train["argv"] == ["python", "train.py", "--lr", "3e-4"]
     assert curl["argv"] == ["curl", "http://host/page#anchor", "a # b", "#c"]

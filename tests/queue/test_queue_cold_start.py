@@ -185,6 +185,20 @@ def test_waiting_for_jobs_that_ended_starts_no_daemon(queue: QueueBox) -> None:
     assert queue.daemon_pid() is None
     result = queue("queue", "wait", str(done))
     assert (result.returncode, result.stdout) == (3, f"job {done}: failed (exit 3)\n")
+    no_daemon_for_a_while(queue)
+
+
+def test_waiting_for_a_job_that_does_not_exist_starts_no_daemon(queue: QueueBox) -> None:
+    queue.start_daemon()
+    assert queue("queue", "pause").returncode == 0
+    waiting = queue.add("--gpus", "0", "--", "true")
+    assert queue("daemon", "stop").returncode == 0
+    result = queue("queue", "wait", str(waiting), "999")
+    assert (result.returncode, result.stderr) == (2, "gpubox: job 999 does not exist\n")
+    no_daemon_for_a_while(queue)
+
+
+def no_daemon_for_a_while(queue: QueueBox) -> None:
     deadline = time.monotonic() + 2.0  # a daemon started now would hold its lock well within this
     while time.monotonic() < deadline:
         assert queue.daemon_pid() is None

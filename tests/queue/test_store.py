@@ -378,3 +378,47 @@ def test_a_commit_that_fails_is_one_store_error_and_keeps_nothing(tmp_path: Path
     assert store.list() == []
     assert store.add(JobSpec(argv=("true",))).id == 1  # the store is usable once the disk has room
     store.close()
+
+
+def test_a_job_stored_before_a_check_existed_can_still_be_edited(tmp_path: Path) -> None:
+    # Names with control characters were accepted once: such a job keeps its name, and an edit
+    # of its priority checks only what it changes.
+    store = JobStore(tmp_path / "q.db")
+    job = store.add(JobSpec(argv=("true",), cwd="/", env={}, name="ok"))
+    old = spec_to_json(JobSpec(argv=("true",), cwd="/", env={}, name="a\tb"))
+    store._db.execute("UPDATE jobs SET spec = ?, name = 'a\tb' WHERE id = ?", (old, job.id))
+    edited = store.edit(job.id, {"priority": 5})
+    assert (edited.spec.priority, edited.spec.name) == (5, "a\tb")
+    with pytest.raises(ValueError, match="invalid priority"):
+        store.edit(job.id, {"priority": 10**9})  # what it changes is still checked
+    store.close()
+
+
+class _DiskError:
+    """A connection whose every statement after BEGIN fails as when the WAL's side files cannot
+    be made (a full disk)."""
+
+    def __init__(self, db: sqlite3.Connection) -> None:
+        self._db = db
+        self._began = False
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self._db, name)
+
+    def execute(self, sql: str, *args: object) -> sqlite3.Cursor:
+        if self._began and sql != "ROLLBACK":
+            raise sqlite3.OperationalError("disk I/O error")
+        self._began = self._began or sql == "BEGIN"
+        return self._db.execute(sql, *args)
+
+
+def test_a_database_that_cannot_be_read_now_is_not_called_corrupt(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import gpubox.queue.store as store_module
+
+    real = sqlite3.connect
+    monkeypatch.setattr(store_module.sqlite3, "connect", lambda *a, **k: _DiskError(real(*a, **k)))
+    with pytest.raises(StoreError) as caught:
+        JobStore(tmp_path / "q.db")
+    assert str(caught.value) == f"cannot open the job database {tmp_path / 'q.db'}: disk I/O error"
