@@ -282,9 +282,9 @@ def wait(
                 wake_daemon(paths)  # a job only moves on while a daemon runs
             jobs = wait_jobs(store, ids, limit, on_poll=keep_daemon(paths))
     if jobs is None:
-        raise GpuboxError(
-            f"timed out after {timeout} waiting for job(s) {', '.join(map(str, ids))}", ExitCode.TIMED_OUT
-        )
+        named = ", ".join(map(str, ids))
+        said = f"job(s) {named} not ended yet (--timeout {timeout})" if limit == 0 else None
+        raise GpuboxError(said or f"timed out after {timeout} waiting for job(s) {named}", ExitCode.TIMED_OUT)
     code = exit_code_for(jobs)
     lines = [f"job {j.id}: {j.state}" + ("" if j.exit_code is None else f" (exit {j.exit_code})") for j in jobs]
     emit(

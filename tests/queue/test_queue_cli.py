@@ -400,7 +400,7 @@ def test_zero_means_now_for_clean_and_wait(queue: QueueBox) -> None:
     running = queue.add("--gpus", "0", "--", "sleep", "60")
     queue.wait_state(running, ("running",))
     looked = queue("queue", "wait", str(running), "--timeout", "0")  # only looks: still running
-    assert (looked.returncode, looked.stderr) == (124, f"gpubox: timed out after 0 waiting for job(s) {running}\n")
+    assert (looked.returncode, looked.stderr) == (124, f"gpubox: job(s) {running} not ended yet (--timeout 0)\n")
     assert queue("queue", "wait", str(done), "--timeout", "0s").returncode == 0
     assert ok(queue("queue", "clean", "--older-than", "0")) == "removed 1 finished job(s)\n"
     assert [r[0] for r in queue.rows("SELECT id FROM jobs ORDER BY id")] == [running]
