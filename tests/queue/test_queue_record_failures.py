@@ -130,22 +130,6 @@ def test_a_spawner_that_cannot_start_with_the_daemon_is_started_for_the_first_jo
     assert "could not start the supervisor spawner" in (queue.home / "daemon.log").read_text()
 
 
-def _named(parent: int, name: str) -> list[int]:
-    """Children of `parent` named `name` (as `ps` shows it)."""
-    found = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            stat = Path(f"/proc/{entry}/stat").read_text()
-        except OSError:
-            continue
-        comm, rest = stat[stat.index("(") + 1 : stat.rindex(")")], stat[stat.rindex(")") + 2 :].split()
-        if comm == name and int(rest[1]) == parent:
-            found.append(int(entry))
-    return found
-
-
 def test_a_start_that_cannot_be_recorded_sends_its_prepared_supervisor_away(queue: QueueBox) -> None:
     """A full disk, say: the supervisor prepared for the start runs nothing and exits, instead of
     waiting for ever beside every later try."""
@@ -154,18 +138,18 @@ def test_a_start_that_cannot_be_recorded_sends_its_prepared_supervisor_away(queu
     assert queue.wait_state(job, END_STATES, timeout=HANG)["state"] == "succeeded"
     daemon = queue.daemon_pid()
     assert daemon is not None
-    spawners = [int(p) for p in os.listdir("/proc") if p.isdigit() and _parent(int(p)) == daemon]
-    # The supervisor that ran the job idles under its own name; none waits, named for the job.
-    wait_until(
-        lambda: not [pid for s in spawners for pid in _named(s, f"gpubox-job{job}")], HANG, "no supervisor left waiting"
-    )
+
+    def named_for_the_job() -> list[int]:
+        # The supervisor that ran the job idles under its own name; none may wait, named for it.
+        return [p for p in proctree.descendants(daemon) if _comm(p) == f"gpubox-job{job}"]
+
+    wait_until(lambda: not named_for_the_job(), HANG, "no supervisor left waiting")
     assert queue.rows(f"SELECT number, outcome FROM attempts WHERE job_id = {job}") == [(1, "succeeded")]
     assert "database is locked" in (queue.home / "daemon.log").read_text()
 
 
-def _parent(pid: int) -> int | None:
+def _comm(pid: int) -> str | None:
     try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
+        return Path(f"/proc/{pid}/comm").read_text().strip()
     except OSError:
         return None
-    return int(stat[stat.rindex(")") + 2 :].split()[1])
