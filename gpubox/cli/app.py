@@ -62,6 +62,10 @@ def run(argv: list[str]) -> int:
     command = typer.main.get_command(app)
     try:
         result = command.main(args=argv, prog_name="gpubox", standalone_mode=False)
+        sys.stdout.flush()  # a write that fails (a full disk) fails here, where it is said in one line
+    except click.NoArgsIsHelpError as exc:
+        sys.stderr.write(exc.format_message().rstrip("\n") + "\n")  # `gpubox queue`: its help, as is
+        return int(ExitCode.USAGE)
     except click.UsageError as exc:
         if not exc.format_message():
             return int(ExitCode.USAGE)  # no arguments: the help was printed
@@ -79,4 +83,20 @@ def run(argv: list[str]) -> int:
         return exc.exit_code
     except BrokenPipeError:
         return int(ExitCode.OK)  # `gpubox top --once | head` is not an error
+    except OSError as exc:
+        if exc.filename is not None or exc.errno is None:
+            raise  # not the output's: said where it happens, or a defect to see whole
+        return output_failed(exc)
     return int(result) if isinstance(result, int) else int(ExitCode.OK)
+
+
+def output_failed(exc: OSError) -> int:
+    """Output that could not be written (a full disk, say): one line, and nothing more tried on
+    stdout, which Python would otherwise flush again on the way out."""
+    import os
+    from contextlib import suppress
+
+    sys.stderr.write(f"gpubox: cannot write the output: {exc.strerror or exc}\n")
+    with suppress(OSError, ValueError):
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    return int(ExitCode.FAILED)

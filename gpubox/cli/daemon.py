@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import sys
 import time
 from typing import Annotated, Any
@@ -102,6 +103,8 @@ def stop(
     from gpubox.queue.layout import lock_holder, socket_path
     from gpubox.queue.wire import Unreachable, ask
 
+    if not (timeout > 0 and math.isfinite(timeout)):
+        raise GpuboxError(f"invalid --timeout {timeout:g}: expected a number of seconds above 0", ExitCode.USAGE)
     paths = resolve_paths()
     try:
         answer = ask(socket_path(paths), "stop", timeout=3.0)

@@ -30,6 +30,9 @@ def serve() -> int:
         raise GpuboxError(str(exc), ExitCode.FAILED) from None
     except (StoreError, PermissionError) as exc:
         raise GpuboxError(str(exc), ExitCode.FAILED) from None
+    except OSError as exc:  # a state or runtime folder that is a file, say
+        where = f": {exc.filename}" if exc.filename else ""
+        raise GpuboxError(f"cannot use the daemon's folders ({exc.strerror or exc}{where})", ExitCode.FAILED) from None
 
 
 def run_daemon_plain() -> int:

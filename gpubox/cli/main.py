@@ -16,7 +16,13 @@ from gpubox import __version__
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else list(argv)
     if args in (["--version"], ["-V"]):
-        sys.stdout.write(f"gpubox {__version__}\n")
+        try:
+            sys.stdout.write(f"gpubox {__version__}\n")
+            sys.stdout.flush()
+        except OSError as exc:  # a full disk, say (a closed pipe is no error)
+            from gpubox.cli.app import output_failed
+
+            return 0 if isinstance(exc, BrokenPipeError) else output_failed(exc)
         return 0
     if args == ["daemon"]:
         from gpubox.cli.daemon_run import run_daemon_plain
@@ -25,7 +31,13 @@ def main(argv: list[str] | None = None) -> int:
     if args[:2] == ["queue", "add"]:
         from gpubox.cli.queue_add_fast import run_fast
 
-        code = run_fast(args[2:])
+        try:
+            code = run_fast(args[2:])
+            sys.stdout.flush()
+        except OSError as exc:  # the ids could not be written: the jobs are stored all the same
+            from gpubox.cli.app import output_failed
+
+            return 0 if isinstance(exc, BrokenPipeError) else output_failed(exc)
         if code is not None:
             return code
     from gpubox.cli.app import run

@@ -41,8 +41,8 @@ def probe_environment(env: Mapping[str, str]) -> dict[str, str]:
 
 def exec_with_probe(argv: list[str], env: Mapping[str, str] | None = None) -> NoReturn:
     """Replace this process with `argv`, found on PATH, the probe attached."""
-    if not argv:
-        raise LaunchError("no command to run", 2)
+    if not argv or not argv[0]:
+        raise LaunchError("no command to run" if not argv else "the command is empty", 2)
     child_env = probe_environment(os.environ if env is None else env)
     try:
         os.execvpe(argv[0], argv, child_env)
