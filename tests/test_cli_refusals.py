@@ -32,7 +32,7 @@ def one_line(result: subprocess.CompletedProcess[str], code: int, text: str) -> 
     assert result.stderr == f"gpubox: {text}\n"
 
 
-@pytest.mark.skipif(not Path("/dev/full").exists(), reason="needs /dev/full")
+@pytest.mark.skipif(not Path("/dev/full").exists(), reason="no /dev/full: no way to fail a write")
 @pytest.mark.parametrize(
     "args",
     [("--version",), ("top", "--once", "--demo"), ("top", "--once", "--demo", "--json"), ("metrics", "dump", "--demo")],

@@ -10,6 +10,7 @@ from typer._click import exceptions as click  # typer 0.28 vendors click
 from gpubox import __version__
 from gpubox.cli import daemon, doctor, metrics, queue, report, top
 from gpubox.cli import run as run_command
+from gpubox.cli.plain import output_failed
 from gpubox.exit_codes import ExitCode, GpuboxError
 from gpubox.format import one_line
 
@@ -88,15 +89,3 @@ def run(argv: list[str]) -> int:
             raise  # not the output's: said where it happens, or a defect to see whole
         return output_failed(exc)
     return int(result) if isinstance(result, int) else int(ExitCode.OK)
-
-
-def output_failed(exc: OSError) -> int:
-    """Output that could not be written (a full disk, say): one line, and nothing more tried on
-    stdout, which Python would otherwise flush again on the way out."""
-    import os
-    from contextlib import suppress
-
-    sys.stderr.write(f"gpubox: cannot write the output: {exc.strerror or exc}\n")
-    with suppress(OSError, ValueError):
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-    return int(ExitCode.FAILED)

@@ -16,30 +16,25 @@ from gpubox import __version__
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else list(argv)
     if args in (["--version"], ["-V"]):
-        try:
-            sys.stdout.write(f"gpubox {__version__}\n")
-            sys.stdout.flush()
-        except OSError as exc:  # a full disk, say (a closed pipe is no error)
-            from gpubox.cli.app import output_failed
+        from gpubox.cli.plain import written
 
-            return 0 if isinstance(exc, BrokenPipeError) else output_failed(exc)
-        return 0
+        return written(_print_version) or 0
     if args == ["daemon"]:
         from gpubox.cli.daemon_run import run_daemon_plain
 
         return run_daemon_plain()
     if args[:2] == ["queue", "add"]:
+        from gpubox.cli.plain import written
         from gpubox.cli.queue_add_fast import run_fast
 
-        try:
-            code = run_fast(args[2:])
-            sys.stdout.flush()
-        except OSError as exc:  # the ids could not be written: the jobs are stored all the same
-            from gpubox.cli.app import output_failed
-
-            return 0 if isinstance(exc, BrokenPipeError) else output_failed(exc)
+        code = written(lambda: run_fast(args[2:]))  # ids that cannot be written: the jobs are stored
         if code is not None:
             return code
     from gpubox.cli.app import run
 
     return run(args)
+
+
+def _print_version() -> int:
+    sys.stdout.write(f"gpubox {__version__}\n")
+    return 0

@@ -22,3 +22,28 @@ def run_plain(command: Callable[[], int]) -> int:
         return int(ExitCode.INTERRUPTED)
     except BrokenPipeError:
         return int(ExitCode.OK)  # output piped into `head`, say: not an error
+
+
+def output_failed(exc: OSError) -> int:
+    """Output that could not be written (a full disk, say): one line, and nothing more tried on
+    stdout, which Python would otherwise flush again on the way out."""
+    import os
+    from contextlib import suppress
+
+    sys.stderr.write(f"gpubox: cannot write the output: {exc.strerror or exc}\n")
+    with suppress(OSError, ValueError):
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    return int(ExitCode.FAILED)
+
+
+def written(command: Callable[[], int | None]) -> int | None:
+    """`command`, its output flushed: a failed write is one line and exit 1 (a closed pipe, as
+    `| head` closes it, is no error)."""
+    try:
+        code = command()
+        sys.stdout.flush()
+    except BrokenPipeError:
+        return int(ExitCode.OK)
+    except OSError as exc:
+        return output_failed(exc)
+    return code
