@@ -286,7 +286,12 @@ def h100(i: int) -> FakeGpu:
     )
 
 
-def _spread(gpus: list[FakeGpu], processes: int, pid_base: int = 4000) -> None:
+# Linux never gives a pid at or above 2**22 (PID_MAX_LIMIT): a fake process's pid is never a real
+# process on the host running the tests, whatever it runs meanwhile.
+NO_HOST_PID = 1 << 22
+
+
+def _spread(gpus: list[FakeGpu], processes: int, pid_base: int = NO_HOST_PID + 4000) -> None:
     """Deal `processes` processes round-robin over the GPUs, each with its own pid, memory and
     sm util, and set each GPU's memory_used to its processes' sum plus 512 MiB of context."""
     for k in range(processes):
@@ -422,7 +427,7 @@ def old_driver(processes: int = 4) -> FakeBox:
                 mig_capable=True,
             )
         )
-    _spread(gpus, processes, pid_base=6000)
+    _spread(gpus, processes, pid_base=NO_HOST_PID + 6000)
     return FakeBox(
         gpus=gpus,
         driver_version="515.105.01",

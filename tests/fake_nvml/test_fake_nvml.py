@@ -707,7 +707,12 @@ def test_with_pids_replaces_pids_in_order() -> None:
     out = scenarios.with_pids(box, [101, 102, 103, 104, 105])
     assert [p.pid for p in out.processes] == [101, 102, 103, 104]
     assert [p.used_memory for p in out.processes] == [p.used_memory for p in box.processes]
-    assert [p.pid for p in box.processes] == [4000, 4014, 4007, 4021]  # the original is untouched
+    assert [p.pid - scenarios.NO_HOST_PID for p in box.processes] == [
+        4000,
+        4014,
+        4007,
+        4021,
+    ]  # the original is untouched
     with pytest.raises(ValueError, match="4 processes but only 3 pids"):
         scenarios.with_pids(box, [1, 2, 3])
 
