@@ -77,8 +77,11 @@ class Wait:
 
 @dataclass(frozen=True)
 class _Blocked:
+    """A job that waits ahead of the rest: for GPUs, or behind such a job."""
+
     job: JobRequest
-    earliest: float | None
+    earliest: float | None  # the soonest it could start, when known
+    wants: frozenset[str]  # the GPUs it could start on: only a job that takes one of them delays it
 
 
 def gib(n: int) -> str:
@@ -200,19 +203,19 @@ def _earliest(job: JobRequest, board: _Board) -> float | None:
     return min(ends) if ends else None
 
 
-def _behind(job: JobRequest, blocked: list[_Blocked], now: float, config: PolicyConfig) -> str | None:
-    """Why the job may not pass the blocked jobs ahead of it, or None when it may backfill."""
+def _behind(job: JobRequest, blocked: list[_Blocked], now: float, config: PolicyConfig) -> tuple[_Blocked, str] | None:
+    """The first blocked job ahead that the job may not pass, and why; None when it may backfill."""
     for b in blocked:
         ahead = "higher priority" if b.job.priority > job.priority else "ahead in the queue"
         head = f"waits behind job {b.job.id} ({ahead})"
         if not config.backfill:
-            return head
+            return b, head
         if job.time_limit_s is None:
-            return f"{head}; only a job with a time limit can start ahead"
+            return b, f"{head}; only a job with a time limit can start ahead"
         if b.earliest is None:
-            return f"{head}; when job {b.job.id} can start is not known"
+            return b, f"{head}; when job {b.job.id} can start is not known"
         if now + job.time_limit_s > b.earliest:
-            return (
+            return b, (
                 f"{head}; its time limit of {job.time_limit_s:g}s ends after job {b.job.id} "
                 f"could start (in {max(b.earliest - now, 0):g}s)"
             )
@@ -253,24 +256,26 @@ def place_jobs(
         if len(fit) < _gpu_count(job):
             reasons = ", ".join(p for _, p in problems if p is not None)
             waits.append(Wait(job.id, f"{_need_text(job, board)}: {reasons}"))
-            blocked.append(_Blocked(job, _earliest(job, board)))
+            blocked.append(_Blocked(job, _earliest(job, board), frozenset(g.uuid for g in candidates)))
             wanted.update(g.uuid for g in candidates)
             continue
         # GPUs no job waiting ahead could ever use first: taking them delays none of those jobs.
         aside = [g for g in fit if g.uuid not in wanted]
-        if len(aside) >= _gpu_count(job):
-            fit = aside
-        else:
-            refusal = _behind(job, blocked, now, config)
-            if refusal is not None:
-                waits.append(Wait(job.id, refusal))
-                # It waits behind the blocked jobs, which it cannot start before: a time-limited
-                # job that ends before they could start delays it no more than them.
-                wanted.update(g.uuid for g in candidates)
-                continue
-            fit = aside + [g for g in fit if g not in aside]
+        fit = aside + [g for g in fit if g not in aside]
         if job.gpu_ids is None:
             fit = fit[: job.gpus]
+        taken = {g.uuid for g in fit} & wanted
+        if taken:
+            # Only the jobs ahead that could start on a GPU it takes can be delayed by it.
+            refused = _behind(job, [b for b in blocked if b.wants & taken], now, config)
+            if refused is not None:
+                by, reason = refused
+                waits.append(Wait(job.id, reason))
+                # It cannot start before the job it waits behind: a time-limited job that ends
+                # before that one could start delays it no more than that one.
+                blocked.append(_Blocked(job, by.earliest, frozenset(g.uuid for g in candidates)))
+                wanted.update(g.uuid for g in candidates)
+                continue
         uuids = tuple(sorted((g.uuid for g in fit), key=lambda u: board.by_uuid[u].index))
         board.take(job, uuids, now)
         starts.append(Start(job.id, uuids))

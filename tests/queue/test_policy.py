@@ -170,13 +170,44 @@ def test_backfill_refused_when_blocked_job_start_is_unknown() -> None:
 
 
 def test_backfill_respects_every_blocked_job_ahead() -> None:
-    pending = [job(7, priority=5, ids=("GPU-0", "GPU-1")), job(6, priority=4, ids=("GPU-2",)), job(8, limit=500)]
+    pending = [
+        job(7, priority=5, ids=("GPU-0", "GPU-1")),
+        job(6, priority=4, ids=("GPU-1", "GPU-2")),
+        job(8, limit=500),
+    ]
     running = [run(12, "GPU-0", ends_by=1000), run(13, "GPU-2", ends_by=300)]
     starts, waits = place_jobs(pending, running, [gpu(0), gpu(1), gpu(2)], now=0)
     assert starts == []
     assert waits[2] == Wait(
         8, "waits behind job 6 (higher priority); its time limit of 500s ends after job 6 could start (in 300s)"
     )
+
+
+def test_backfill_is_judged_against_the_blocked_jobs_that_want_the_gpus_it_takes() -> None:
+    """Job 1 waits for GPU 2 alone, for as long as nobody knows; job 8 would take GPU 1, which
+    only job 2 wants, and ends before job 2 could start: job 1 neither holds it up nor is named."""
+    gpus = [gpu(0), gpu(1), gpu(2)]
+    running = [run(12, "GPU-0", ends_by=1000), run(13, "GPU-2")]
+    pending = [job(1, priority=5, ids=("GPU-2",)), job(2, priority=4, ids=("GPU-0", "GPU-1"))]
+    starts, waits = place_jobs([*pending, job(8, limit=500)], running, gpus, now=0)
+    assert starts == [Start(8, ("GPU-1",))]
+    assert [w.job_id for w in waits] == [1, 2]
+    starts, waits = place_jobs([*pending, job(8, limit=1500)], running, gpus, now=0)
+    assert starts == []
+    assert waits[2] == Wait(
+        8, "waits behind job 2 (higher priority); its time limit of 1500s ends after job 2 could start (in 1000s)"
+    )
+
+
+def test_a_job_waiting_behind_a_refused_one_is_named_after_it() -> None:
+    """Job 2 waits behind job 1 for GPUs 1 and 2; job 3 would take GPU 2, which job 1 cannot
+    use: it is held up by job 2, and says so."""
+    gpus = [gpu(0), gpu(1), gpu(2, total_gib=24)]
+    pending = [job(1, gpus=2, mem_gib=60), job(2, at=1, ids=("GPU-1", "GPU-2")), job(3, at=2, ids=("GPU-2",))]
+    starts, waits = place_jobs(pending, [run(9, "GPU-0", ends_by=100)], gpus, now=0)
+    assert starts == []
+    assert waits[1].reason == "waits behind job 1 (ahead in the queue); only a job with a time limit can start ahead"
+    assert waits[2].reason == "waits behind job 2 (ahead in the queue); only a job with a time limit can start ahead"
 
 
 def test_a_job_waiting_for_a_paused_gpu_holds_up_only_jobs_that_need_that_gpu() -> None:
