@@ -50,6 +50,7 @@ from gpubox.queue.store import QUEUE, JobStore
 from gpubox.telemetry.devices import nvidia_devices_present
 
 START_GRACE_S = 30.0  # a job recorded as started without a supervisor pid for this long never ran
+REPEAT_LOG_S = 600.0  # how often the daemon says again that the same thing still fails
 
 
 class AlreadyRunning(Exception):
@@ -263,6 +264,7 @@ class Daemon:
         version = store.data_version()
         pending = b""
         failures = 0
+        said: tuple[str, float] | None = None  # the failure logged last, and when
         while not self._stop:
             try:
                 for key, _ in sel.select(timeout=self._timeout()):
@@ -299,11 +301,18 @@ class Daemon:
                     if due:
                         self._last_full = self.clock()
                     version = store.data_version()
-                failures = 0
+                if failures and said is not None:
+                    self.log("working again")
+                failures, said = 0, None
             except Exception as exc:  # the daemon outlives a bad moment, not a bad job
                 # A locked or failing database, a spawner that died: say so, wait, look again.
                 failures += 1
-                self.log(f"{type(exc).__name__}: {exc}; trying again")
+                what = f"{type(exc).__name__}: {exc}; trying again"
+                # The same failure again (a damaged database fails every pass): said once, then
+                # every REPEAT_LOG_S, not every few seconds into the log for days.
+                if said is None or said[0] != what or time.monotonic() - said[1] >= REPEAT_LOG_S:
+                    self.log(what if said is None or said[0] != what else f"still failing: {what}")
+                    said = (what, time.monotonic())
                 self._dirty = True
                 time.sleep(min(0.1 * 2**failures, self.config.poll_interval_s))
 

@@ -271,7 +271,7 @@ class JobStore:
             yield self._db
         except sqlite3.DatabaseError as e:
             self._db.execute("ROLLBACK")
-            raise StoreError(f"the job database {self.path} failed ({e})") from None
+            raise self._failed(e) from None
         except BaseException:
             self._db.execute("ROLLBACK")
             raise
@@ -281,10 +281,19 @@ class JobStore:
             except sqlite3.DatabaseError as e:  # a full disk, say: nothing of it is kept
                 if self._db.in_transaction:
                     self._db.execute("ROLLBACK")
-                raise StoreError(f"the job database {self.path} failed ({e})") from None
+                raise self._failed(e) from None
             self.writes += 1
         finally:
             self._in_transaction = False
+
+    def _failed(self, e: sqlite3.DatabaseError) -> StoreError:
+        if getattr(e, "sqlite_errorcode", None) in (sqlite3.SQLITE_CORRUPT, sqlite3.SQLITE_NOTADB):
+            # Found damaged in use (a disk error, a copy taken mid-write): say what can be done.
+            return StoreError(
+                f"the job database {self.path} is damaged ({e}): move it aside to start an empty queue"
+                " (sqlite3's .recover may save its jobs)"
+            )
+        return StoreError(f"the job database {self.path} failed ({e})")
 
     def transaction(self) -> AbstractContextManager[sqlite3.Connection]:
         """Several changes (`finish`, then `mark_started`, say) in one transaction: all or none."""
@@ -294,7 +303,7 @@ class JobStore:
         try:
             return self._db.execute(sql, params).fetchall()
         except sqlite3.DatabaseError as e:
-            raise StoreError(f"the job database {self.path} failed ({e})") from None
+            raise self._failed(e) from None
 
     def data_version(self) -> int:
         """A number that changes whenever another connection commits: a cheap "anything new?"."""

@@ -428,6 +428,25 @@ def test_corrupt_database(queue: QueueBox, args: tuple[str, ...]) -> None:
     assert queue.daemon_pid() is None
 
 
+def test_damaged_pages_are_named_as_such(queue: QueueBox) -> None:
+    """A database whose header and schema are whole but whose tables are damaged (a disk error):
+    it opens, then fails on the first read of a job; each command says it is damaged."""
+    _seed_in_process(queue)
+    with JobStore(queue.db) as store:
+        store.add_many([JobSpec(argv=("echo", str(i)), gpus=0) for i in range(300)])
+    with sqlite3.connect(queue.db) as conn:
+        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        page = conn.execute("PRAGMA page_size").fetchone()[0]
+    data = bytearray(queue.db.read_bytes())
+    data[page:] = random.Random(3).randbytes(len(data) - page)  # every page after the schema's
+    queue.db.write_bytes(bytes(data))
+    for args in (("queue", "ls"), ("queue", "show", "2"), ("queue", "add", "--gpus", "0", "--", "true")):
+        result = queue(*args, timeout=30)
+        assert_one_error_line(result, FAILED, "is damaged (database disk image is malformed)")
+        assert queue.db.read_bytes() == data
+    assert queue.daemon_pid() is None
+
+
 def test_foreign_sqlite_database_is_refused_and_left_alone(queue: QueueBox) -> None:
     queue.state_dir.mkdir(parents=True)
     conn = sqlite3.connect(queue.db)
