@@ -104,3 +104,17 @@ def one_line(text: str) -> str:
         else:
             out.append(f"\\u{o:04x}" if o <= 0xFFFF else f"\\U{o:08x}")
     return "".join(out)
+
+
+def span(seconds: float) -> str:
+    """A length of time as people write one, exactly: 45s, 1m30s, 2h, 1h30m, 3d2h (1.5s below a
+    minute); the units `--time-limit` takes."""
+    if seconds < 60 and seconds != int(seconds):
+        return f"{seconds:.3g}s"
+    left = int(seconds)
+    parts = []
+    for unit, length in (("d", 86400), ("h", 3600), ("m", 60), ("s", 1)):
+        if left >= length:
+            parts.append(f"{left // length}{unit}")
+            left %= length
+    return "".join(parts) or "0s"

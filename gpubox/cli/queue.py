@@ -412,6 +412,7 @@ def edit(
     """Change a queued job's priority, GPUs or time limit."""
     from gpubox.queue.parse import parse_duration, parse_size
     from gpubox.queue.records import job_record
+    from gpubox.queue.store import not_editable
     from gpubox.queue.submit import AddOptions, GpuLookup, build_spec
 
     paths = queue_paths()
@@ -434,9 +435,13 @@ def edit(
             changes["time_limit_s"] = parse_duration(time_limit)
         if no_time_limit:
             changes["time_limit_s"] = None
-        if not changes:
-            raise ValueError("nothing to change: give --priority, --gpus, --gpu, --gpu-mem or --time-limit")
         with open_queue_store(paths) as store:
+            if not changes:  # a job that cannot be edited says so first: no option would help
+                refusal = not_editable(job_id, store.require(job_id).state)
+                raise ValueError(
+                    refusal
+                    or "nothing to change: give --priority, --gpus, --gpu, --gpu-mem, --time-limit or --no-time-limit"
+                )
             job = store.edit(job_id, changes)
     failure = wake(paths)
     emit_then_fail(

@@ -16,9 +16,11 @@ CPU-only jobs have their own slots and their own line.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from gpubox.format import span
 from gpubox.queue.jobs import KINDS
 
 GIB = 1 << 30
@@ -216,8 +218,8 @@ def _behind(job: JobRequest, blocked: list[_Blocked], now: float, config: Policy
             return b, f"{head}; when job {b.job.id} can start is not known"
         if now + job.time_limit_s > b.earliest:
             return b, (
-                f"{head}; its time limit of {job.time_limit_s:g}s ends after job {b.job.id} "
-                f"could start (in {max(b.earliest - now, 0):g}s)"
+                f"{head}; its time limit of {span(job.time_limit_s)} ends after job {b.job.id} "
+                f"could start (in {span(math.ceil(max(b.earliest - now, 0)))})"
             )
     return None
 
@@ -243,8 +245,11 @@ def place_jobs(
                 starts.append(Start(job.id, ()))
             else:
                 names = ", ".join(f"job {i}" for i in cpu_jobs)
-                detail = f" ({names})" if names else ""
-                waits.append(Wait(job.id, f"waits for a CPU-only slot: {config.max_cpu_jobs} in use{detail}"))
+                if config.max_cpu_jobs == 0:
+                    waits.append(Wait(job.id, "CPU-only jobs do not run here: queue.max_cpu_jobs is 0"))
+                else:
+                    detail = f" ({names})" if names else ""
+                    waits.append(Wait(job.id, f"waits for a CPU-only slot: {config.max_cpu_jobs} in use{detail}"))
             continue
         never = _impossible(job, board)
         if never is not None:

@@ -90,6 +90,14 @@ CREATE TABLE paused (
 """
 
 
+def not_editable(job_id: int, state: str) -> str | None:
+    """Why a job in `state` cannot be edited, or None when it can (it is queued)."""
+    if state == "queued":
+        return None
+    where = "is running" if state == "running" else f"has ended ({state})"
+    return f"job {job_id} {where}; only a queued job can be edited"
+
+
 class StoreError(Exception):
     """The job database cannot be opened or used."""
 
@@ -543,8 +551,11 @@ class JobStore:
             row = db.execute("SELECT state, spec FROM jobs WHERE id = ?", (job_id,)).fetchone()
             if row is None:
                 raise ValueError(f"job {job_id} does not exist")
-            if row["state"] != "queued":
-                raise ValueError(f"job {job_id} is {row['state']}; only a queued job can be edited")
+            refusal = not_editable(job_id, row["state"])
+            if refusal is not None:
+                raise ValueError(refusal)
+            if not changes:
+                raise ValueError("nothing to change")
             spec = replace(spec_from_json(row["spec"]), **changes)
             check_spec(spec, KINDS, check_text=False)  # only what an edit changes
             db.execute(

@@ -90,6 +90,8 @@ def build_spec(
     mem = parse_size(opts.gpu_mem) if opts.gpu_mem is not None else None
     if opts.gpus == 0 and (opts.gpu is not None or mem is not None):
         raise ValueError("--gpus 0 makes a CPU-only job: it cannot also ask for --gpu or --gpu-mem")
+    if opts.gpu is not None and not opts.gpu.strip():
+        raise ValueError("--gpu is empty: expected GPU indexes or UUIDs separated by commas, as 0,2")
     if opts.wants_gpus:
         box = gpus()
         if opts.gpu is not None:
@@ -106,7 +108,9 @@ def build_spec(
                     f"--gpu-mem {opts.gpu_mem} is more than any GPU has (the largest has {largest / (1 << 30):.1f} GiB)"
                 )
     limit = parse_duration(opts.time_limit) if opts.time_limit is not None else None
-    after = parse_ids(opts.after) if opts.after else ()
+    if opts.after is not None and not opts.after.strip():  # a script's empty $ID: not "no dependency"
+        raise ValueError("--after is empty: expected job ids separated by commas, as 12,15")
+    after = parse_ids(opts.after) if opts.after is not None else ()
     shell = opts.shell
     return JobSpec(
         argv=(" ".join(words),) if shell else tuple(words),
@@ -183,7 +187,7 @@ def _json_job(doc: Any, defaults: AddOptions) -> tuple[list[str], AddOptions]:
     if "gpu" in doc:
         gpu = doc["gpu"]
         changes["gpu"] = ",".join(_as_text(g, "gpu") for g in gpu) if isinstance(gpu, list) else _as_text(gpu, "gpu")
-    if "after" in doc:
+    if "after" in doc and doc["after"] != []:  # [] says: no dependency
         after = doc["after"]
         items = after if isinstance(after, list) else [after]
         changes["after"] = ",".join(str(_as_int(a, "after")) if not isinstance(a, str) else a for a in items)

@@ -34,6 +34,7 @@ from contextlib import suppress
 from dataclasses import dataclass
 from pathlib import Path
 
+from gpubox.format import span
 from gpubox.probe.launch import probe_environment
 from gpubox.queue import proctree
 from gpubox.queue.jobs import JobSpec, spec_from_json, spec_to_json
@@ -540,6 +541,7 @@ def _run(launch: Launch, ready: _Ready, wake_r: int, wake_w: int) -> Outcome:
     me = os.getpid()
     limit = launch.spec.time_limit_s
     deadline = time.monotonic() + limit if limit is not None else None
+    limit_text = span(limit) if limit is not None else ""  # as --time-limit takes it: 2h, not 7200s
     status: int | None = None
     stopped_for: str | None = None
 
@@ -559,7 +561,7 @@ def _run(launch: Launch, ready: _Ready, wake_r: int, wake_w: int) -> Outcome:
             break
         if deadline is not None and time.monotonic() >= deadline:
             stopped_for = "timeout"
-            _note(err, f"time limit of {limit:g}s reached; stopping the job")
+            _note(err, f"time limit of {limit_text} reached; stopping the job")
             proctree.stop_tree(me, job_pid, launch.grace_s, reaped, spare=_daemon(launch))
             break
         wait = 5.0 if deadline is None else max(0.0, min(5.0, deadline - time.monotonic()))
@@ -577,7 +579,7 @@ def _run(launch: Launch, ready: _Ready, wake_r: int, wake_w: int) -> Outcome:
             _, status = os.waitpid(job_pid, 0)
     code, signal_note = proctree.exit_code_of(status if status is not None else 9)
     if stopped_for == "timeout":
-        return Outcome(code, "timeout", f"time limit of {limit:g}s reached")
+        return Outcome(code, "timeout", f"time limit of {limit_text} reached")
     if stopped_for == "preempt":
         return Outcome(code, "preempted", "stopped to make room for an infer job")
     if stopped_for == "cancel":

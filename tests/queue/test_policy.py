@@ -121,6 +121,8 @@ def test_cpu_only_jobs_have_their_own_slots() -> None:
     ]
     starts, waits = place_jobs([job(2, gpus=0)], [run(5)], [], now=0, config=PolicyConfig(max_cpu_jobs=2))
     assert starts == [Start(2, ())]
+    starts, waits = place_jobs([job(2, gpus=0)], [], [], now=0, config=PolicyConfig(max_cpu_jobs=0))
+    assert (starts, waits) == ([], [Wait(2, "CPU-only jobs do not run here: queue.max_cpu_jobs is 0")])
 
 
 def test_head_of_line_blocks_lower_jobs() -> None:
@@ -150,7 +152,16 @@ def test_backfill_refused_without_time_limit_or_when_too_long() -> None:
     starts, waits = place_jobs([job(7, priority=5, gpus=2), job(8, limit=601)], running, [gpu(0), gpu(1)], now=400)
     assert starts == []
     assert waits[1] == Wait(
-        8, "waits behind job 7 (higher priority); its time limit of 601s ends after job 7 could start (in 600s)"
+        8, "waits behind job 7 (higher priority); its time limit of 10m1s ends after job 7 could start (in 10m)"
+    )
+
+
+def test_times_in_reasons_read_as_time_limits_are_written() -> None:
+    """Whole seconds up, in the units of --time-limit: not "in 599.25s"."""
+    running = [run(12, "GPU-0", ends_by=1000)]
+    _, waits = place_jobs([job(7, priority=5, gpus=2), job(8, limit=5400)], running, [gpu(0), gpu(1)], now=400.75)
+    assert waits[1] == Wait(
+        8, "waits behind job 7 (higher priority); its time limit of 1h30m ends after job 7 could start (in 10m)"
     )
 
 
@@ -179,7 +190,7 @@ def test_backfill_respects_every_blocked_job_ahead() -> None:
     starts, waits = place_jobs(pending, running, [gpu(0), gpu(1), gpu(2)], now=0)
     assert starts == []
     assert waits[2] == Wait(
-        8, "waits behind job 6 (higher priority); its time limit of 500s ends after job 6 could start (in 300s)"
+        8, "waits behind job 6 (higher priority); its time limit of 8m20s ends after job 6 could start (in 5m)"
     )
 
 
@@ -195,7 +206,7 @@ def test_backfill_is_judged_against_the_blocked_jobs_that_want_the_gpus_it_takes
     starts, waits = place_jobs([*pending, job(8, limit=1500)], running, gpus, now=0)
     assert starts == []
     assert waits[2] == Wait(
-        8, "waits behind job 2 (higher priority); its time limit of 1500s ends after job 2 could start (in 1000s)"
+        8, "waits behind job 2 (higher priority); its time limit of 25m ends after job 2 could start (in 16m40s)"
     )
 
 

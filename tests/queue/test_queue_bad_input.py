@@ -103,6 +103,7 @@ JOB_FILES = {
     "three-good-one-bad": 'true\n{"cmd": "echo hi", "gpus": 0}\n\n{"cmd": "true", "kind": "foo"}\necho fine\n',
     "bad-tag": '{"cmd": "true", "gpus": 0, "tags": {"a b": "c"}}\n',
     "missing-after": 'true\n{"cmd": "true", "gpus": 0, "after": [999]}\n',
+    "empty-after": 'true\n{"cmd": "true", "gpus": 0, "after": ""}\n',
     "retries-negative": 'true\n{"cmd": "true", "gpus": 0, "retries": -1}\n',
     "priority-huge": '{"cmd": "true", "gpus": 0}\n{"cmd": "true", "gpus": 0, "priority": 99999999999999999999}\n',
     "nul-in-command": 'true\n{"argv": ["tr\\u0000ue"], "gpus": 0}\n',
@@ -184,6 +185,17 @@ CASES: list[tuple[str, tuple[str, ...], int, str]] = [
     ("after-twice", ("queue", "add", "--after", "1,1", "--", "true"), USAGE, "duplicate job id 1"),
     ("after-zero", ("queue", "add", "--after", "0", "--", "true"), USAGE, "invalid job id '0'"),
     ("after-trailing-comma", ("queue", "add", "--after", "1,", "--", "true"), USAGE, "invalid job id ''"),
+    # A script's `--after "$ID"` whose submission failed: never a job with no dependency.
+    ("after-empty", ("queue", "add", "--after", "", "--", "true"), USAGE, "--after is empty"),
+    ("after-blank", ("queue", "add", "--after=  ", "--", "true"), USAGE, "--after is empty"),
+    (
+        "after-empty-in-file",
+        ("queue", "add", "--file", "{files}/empty-after"),
+        USAGE,
+        "empty-after:2: --after is empty",
+    ),
+    # Refused as written, before any GPU is looked for (this box may have no NVML).
+    ("gpu-empty", ("queue", "add", "--gpu", "", "--", "true"), USAGE, "--gpu is empty"),
     ("no-command", ("queue", "add"), USAGE, "no command given"),
     ("no-command-after-dashes", ("queue", "add", "--"), USAGE, "no command given"),
     ("shell-empty-command", ("queue", "add", "--shell", "--", ""), USAGE, "no command given"),
@@ -322,9 +334,17 @@ CASES: list[tuple[str, tuple[str, ...], int, str]] = [
     ("retry-failed-and-queued", ("queue", "retry", "{failed}", "{queued}"), USAGE, "is queued"),
     # queue edit
     ("edit-running", ("queue", "edit", "{running}", "--priority", "1"), USAGE, "is running; only a queued job"),
-    ("edit-finished", ("queue", "edit", "{done1}", "--priority", "1"), USAGE, "is succeeded; only a queued job"),
+    ("edit-finished", ("queue", "edit", "{done1}", "--priority", "1"), USAGE, "has ended (succeeded); only a queued"),
+    # With nothing to change, what stops the edit comes first: no option would help.
+    ("edit-running-nothing", ("queue", "edit", "{running}"), USAGE, "is running; only a queued job"),
+    ("edit-missing-nothing", ("queue", "edit", "999"), USAGE, "job 999 does not exist"),
     ("edit-missing-job", ("queue", "edit", "999", "--priority", "1"), USAGE, "job 999 does not exist"),
-    ("edit-nothing", ("queue", "edit", "{queued}"), USAGE, "nothing to change"),
+    (
+        "edit-nothing",
+        ("queue", "edit", "{queued}"),
+        USAGE,
+        "nothing to change: give --priority, --gpus, --gpu, --gpu-mem, --time-limit or --no-time-limit",
+    ),
     (
         "edit-limit-and-no-limit",
         ("queue", "edit", "{queued}", "--time-limit", "5m", "--no-time-limit"),

@@ -154,7 +154,7 @@ echo plain 'two words'
 
 {"cmd": "python eval.py --split test", "name": "eval", "kind": "infer", "priority": 7, "tags": {"team": "nlp"}}
    # an indented comment
-{"argv": ["echo", "a;b"], "kind": "batch", "env": {"MODE": "fast"}, "retries": 3, "time_limit": "2h"}
+{"argv": ["echo", "a;b"], "kind": "batch", "env": {"MODE": "fast"}, "retries": 3, "time_limit": "2h", "after": []}
 {"cmd": "echo $MODE | tr a-z A-Z", "shell": true, "name": "piped", "gpus": 0}
 """
 
@@ -177,7 +177,7 @@ def test_add_file_with_commands_comments_and_json_lines(queue: QueueBox, tmp_pat
     assert evaluate["gpus_requested"] == 0  # the command line's --gpus is every line's default
 
     assert batch["argv"] == ["echo", "a;b"] and batch["kind"] == "batch"
-    assert (batch["retries"], batch["time_limit_s"]) == (3, 7200.0)
+    assert (batch["retries"], batch["time_limit_s"], batch["after"]) == (3, 7200.0, [])  # [] names no dependency
     assert batch["env"]["MODE"] == "fast"
 
     assert piped["shell"] is True and piped["argv"] == ["echo $MODE | tr a-z A-Z"]

@@ -286,7 +286,7 @@ def test_only_a_queued_job_can_be_edited(store: JobStore) -> None:
     before = rows(store)
     with pytest.raises(ValueError, match="is running; only a queued job can be edited"):
         store.edit(running.id, {"priority": 3})
-    with pytest.raises(ValueError, match="is succeeded; only a queued job can be edited"):
+    with pytest.raises(ValueError, match=r"has ended \(succeeded\); only a queued job can be edited"):
         store.edit(done.id, {"priority": 3})
     with pytest.raises(ValueError, match="job 404 does not exist"):
         store.edit(404, {"priority": 3})
