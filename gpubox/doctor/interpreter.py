@@ -2,7 +2,7 @@
 user's training environment, with a time limit, and read its one JSON answer.
 
 What can go wrong becomes one sentence in `ScriptRun.failure` (torch missing there, timed out,
-crashed with the last line of its stderr), except a `--python` that names no usable interpreter:
+crashed with the last words of its stderr), except a `--python` that names no usable interpreter:
 that is `InterpreterUnusable`, a usage error (exit 2).
 """
 
@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from gpubox.doctor.loader_bench import raised_in
 from gpubox.exit_codes import ExitCode, GpuboxError
 
 SCRIPTS = Path(__file__).resolve().parent
@@ -178,7 +179,7 @@ def _failure(what: str, python: str, code: int, data: Mapping[str, Any] | None, 
             return f"torch is installed in {python} but cannot be imported: {data['torch_error']}"
         error = data.get("error")
         return str(error) if error else None
-    last = _last_line(stderr)
+    last = _last_words(stderr)
     if code < 0:
         try:
             name = signal.Signals(-code).name
@@ -189,6 +190,11 @@ def _failure(what: str, python: str, code: int, data: Mapping[str, Any] | None, 
     return f"{ended}: {last}" if last else ended
 
 
-def _last_line(text: str) -> str:
-    lines = [line.strip() for line in text.splitlines() if line.strip()]
+def _last_words(stderr: str) -> str:
+    """What a crash said last: the exception line when it ended in a traceback (the message of a
+    torch CUDA error goes on for lines of advice after it), else the last line."""
+    cause = raised_in(stderr)
+    if cause is not None:
+        return cause
+    lines = [line.strip() for line in stderr.splitlines() if line.strip()]
     return lines[-1] if lines else ""

@@ -161,6 +161,15 @@ def test_a_crash_gives_the_last_line_of_stderr(tmp_path: Path) -> None:
     )
 
 
+def test_a_crash_with_a_multi_line_error_gives_its_exception_line(tmp_path: Path) -> None:
+    message = "CUDA error: device-side assert triggered\\nFor debugging consider passing CUDA_LAUNCH_BLOCKING=1"
+    crash = script(tmp_path, f"print('loading', flush=True)\nraise RuntimeError('{message}')\n")
+    run = run_script(crash, ["transfer"])
+    assert run.failure == f"child.py transfer exited with code 1 under {sys.executable} without an answer: " + (
+        "RuntimeError: CUDA error: device-side assert triggered"
+    )
+
+
 def test_a_signal_names_itself(tmp_path: Path) -> None:
     killed = script(tmp_path, "import os, signal\nos.kill(os.getpid(), signal.SIGSEGV)\n")
     run = run_script(killed, ["facts"])
