@@ -148,10 +148,17 @@ def test_data_reads_are_measured_for_a_folder(tmp_path: Path) -> None:
         (["--only", "transfer", "--gpu", "5"], "--gpu: no GPU 5 on this box"),
         (["--python", "/nonexistent/python3"], "--python /nonexistent/python3"),
         (["--data", "/nonexistent/dataset"], "/nonexistent/dataset"),
+        (["--data", ""], "--data '': an empty path"),  # not the current directory
+        (["--data", " "], "--data ' ': an empty path"),
+        (["--python", ""], "--python '': an empty path"),
         (["--only", "data"], "--only data: name the dataset with --data PATH"),
         (["loader", "no_colon_here"], "MODULE:FACTORY"),
         (["loader", "gpubox_no_such_module:make"], "gpubox_no_such_module"),
         (["loader", "tests/doctor/loader_targets.py:fast", "--device", "tpu"], "--device"),
+        (["loader", ""], "MODULE:FACTORY"),
+        (["loader", "no/such/train.py:make"], "there is no file no/such/train.py"),
+        (["loader", "tests/doctor/loader_targets.py:fast", "--python", ""], "--python '': an empty path"),
+        (["loader", "tests/doctor/loader_targets.py:fast", "--python", "/nonexistent/python3"], "no such file"),
     ],
 )
 def test_bad_input_is_one_line_and_exit_code_2(tmp_path: Path, args: list[str], message: str) -> None:
