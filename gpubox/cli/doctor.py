@@ -3,10 +3,10 @@ Thin: parse, call gpubox.doctor, render (rich) or print the JSON envelope."""
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
+from typer.models import TyperPath
 
 from gpubox.cli.output import console, print_json
 from gpubox.exit_codes import ExitCode, GpuboxError
@@ -29,6 +29,8 @@ PYTHON = Annotated[
     typer.Option("--python", metavar="PATH", help="Benchmark with this interpreter (your training environment's)."),
 ]
 NO_COLOR = Annotated[bool, typer.Option("--no-color", help="No colour, even on a terminal.")]
+# Path-typed for the shell completions, but kept as typed: a Path would make '' the current directory
+_DATASET = TyperPath()
 
 
 @app.callback()
@@ -38,8 +40,10 @@ def doctor(
     as_json: JSON = False,
     python: PYTHON = None,
     data: Annotated[
-        Path | None,
-        typer.Option("--data", metavar="PATH", help="Also measure reads of this dataset (a file or folder)."),
+        str | None,
+        typer.Option(
+            "--data", metavar="PATH", click_type=_DATASET, help="Also measure reads of this dataset (a file or folder)."
+        ),
     ] = None,
     only: Annotated[
         str | None,

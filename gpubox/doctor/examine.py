@@ -36,9 +36,12 @@ class DoctorOptions:
 
     @classmethod
     def parse(
-        cls, mode: str, python: str | None, data: Path | None, only: str | None, gpus: str | None
+        cls, mode: str, python: str | None, data: str | Path | None, only: str | None, gpus: str | None
     ) -> DoctorOptions:
         """Options from the command line; a bad one is a usage error that names it."""
+        if isinstance(data, str) and not data.strip():  # Path("") is the current directory: it would measure that
+            raise GpuboxError(f"--data {data!r}: an empty path", ExitCode.USAGE)
+        dataset = None if data is None else Path(data)
         groups = frozenset(g.strip().lower() for g in (only or "").split(",") if g.strip())
         unknown = sorted(groups - set(GROUPS))
         if unknown:
@@ -62,9 +65,9 @@ class DoctorOptions:
             from gpubox.doctor.interpreter import check_interpreter
 
             interpreter = check_interpreter(python)
-        if data is not None:
-            _check_dataset(data)
-        return cls(mode=mode, python=interpreter, data=data, only=groups, gpus=chosen)
+        if dataset is not None:
+            _check_dataset(dataset)
+        return cls(mode=mode, python=interpreter, data=dataset, only=groups, gpus=chosen)
 
     def wants(self, group: str) -> bool:
         return not self.only or group in self.only

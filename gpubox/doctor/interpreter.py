@@ -2,8 +2,9 @@
 user's training environment, with a time limit, and read its one JSON answer.
 
 What can go wrong becomes one sentence in `ScriptRun.failure` (torch missing there, timed out,
-crashed with the last line of its stderr), except a `--python` that names no usable interpreter:
-that is `InterpreterUnusable`, a usage error (exit 2).
+crashed with the last words of its stderr), except a `--python` that names no working Python
+(check_interpreter asks it for its version first): that is `InterpreterUnusable`, a usage error
+(exit 2).
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -21,16 +23,21 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from gpubox.doctor.loader_bench import raised_in
 from gpubox.exit_codes import ExitCode, GpuboxError
 
 SCRIPTS = Path(__file__).resolve().parent
 DEFAULT_TIMEOUT_S = 120.0
+VERSION_TIMEOUT_S = 30.0  # a Python on a cold network disk can take seconds to start
+MIN_PYTHON = (3, 8)  # torch 2's oldest: the scripts keep to it
+# any Python answers this line, 2 included, so that an old one is named as such
+_VERSION_CODE = "import sys; sys.stdout.write('gpubox-python %d.%d\\n' % sys.version_info[:2])"
 KILL_WAIT_S = 5.0  # after SIGKILL; a process stuck in the GPU driver may never go
 _PR_SET_PDEATHSIG = 1  # prctl(2): the signal a process gets when its parent ends
 
 
 class InterpreterUnusable(GpuboxError):
-    """`--python PATH` names nothing that can be run."""
+    """`--python PATH` names nothing that can run the benchmarks: no program, or no working Python."""
 
     def __init__(self, python: str, why: str) -> None:
         super().__init__(f"--python {python}: {why}", ExitCode.USAGE)
@@ -53,8 +60,15 @@ class ScriptRun:
 
 
 def check_interpreter(python: str) -> str:
-    """The interpreter `--python` names, as a path to run; InterpreterUnusable when it cannot be.
-    Symlinks are kept: a virtual environment's python is one, and resolving it leaves the venv."""
+    """The interpreter `--python` names, as a path to run; InterpreterUnusable when it cannot be,
+    or when it is not a Python that can run the benchmarks (/bin/false, a Python 2). Symlinks are
+    kept: a virtual environment's python is one, and resolving it leaves the venv."""
+    path = _locate(python)
+    _ask_version(python, path)
+    return path
+
+
+def _locate(python: str) -> str:
     if not python.strip():
         raise InterpreterUnusable(repr(python), "an empty path")
     if os.sep not in python:
@@ -74,6 +88,50 @@ def check_interpreter(python: str) -> str:
     return path
 
 
+def _ask_version(python: str, path: str) -> None:
+    """Run PATH -c with a line that any Python (2 included) answers, so that a program that is no
+    Python, or a broken one, is refused before anything runs, instead of failing every benchmark."""
+    try:
+        child = subprocess.Popen(
+            [path, "-c", _VERSION_CODE],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            start_new_session=True,  # as run_script: a time-out ends whatever it started
+            preexec_fn=_dies_with_parent(),
+        )
+    except OSError as exc:  # exists but cannot be executed (not a program, no permission)
+        raise InterpreterUnusable(python, exc.strerror or str(exc)) from None
+    try:
+        out, err = child.communicate(timeout=VERSION_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        _kill(child)
+        raise InterpreterUnusable(
+            python, f"did not answer within {VERSION_TIMEOUT_S:g} s when asked for its version"
+        ) from None
+    except BaseException:
+        _kill(child)
+        raise
+    found = re.search(r"^gpubox-python (\d+)\.(\d+)$", out.decode("utf-8", "replace"), re.MULTILINE)
+    if found is not None and child.returncode == 0:
+        version = (int(found[1]), int(found[2]))
+        if version < MIN_PYTHON:
+            need = ".".join(map(str, MIN_PYTHON))
+            raise InterpreterUnusable(
+                python, f"Python {found[1]}.{found[2]} is too old: the benchmarks need {need} or later"
+            )
+        return
+    words = _last_words(err.decode("utf-8", "replace"))
+    if child.returncode < 0:
+        how = f"was killed by {_signal_name(-child.returncode)}"
+    elif child.returncode != 0:
+        how = f"exited with code {child.returncode}"
+    else:
+        how = "printed no version" if out.strip() else "printed nothing"
+    how += f": {words}" if words else ""
+    raise InterpreterUnusable(python, f"not a working Python interpreter (asked for its version, it {how})")
+
+
 def run_script(
     script: str | Path,
     args: Sequence[str] = (),
@@ -85,7 +143,7 @@ def run_script(
 ) -> ScriptRun:
     """Run SCRIPT (a name in gpubox/doctor, or a path) with ARGS under PYTHON (default: this
     interpreter) in ENV (default: this environment), and read the JSON object it prints last."""
-    interpreter = sys.executable if python is None else check_interpreter(python)
+    interpreter = sys.executable if python is None else _locate(python)  # the options checked it runs
     path = Path(script) if isinstance(script, Path) else SCRIPTS / script
     argv = (path.name, *args)
     what = " ".join(argv[:2])
@@ -178,17 +236,25 @@ def _failure(what: str, python: str, code: int, data: Mapping[str, Any] | None, 
             return f"torch is installed in {python} but cannot be imported: {data['torch_error']}"
         error = data.get("error")
         return str(error) if error else None
-    last = _last_line(stderr)
+    last = _last_words(stderr)
     if code < 0:
-        try:
-            name = signal.Signals(-code).name
-        except ValueError:
-            name = f"signal {-code}"
-        return f"{what} was killed by {name} under {python}" + (f": {last}" if last else "")
+        return f"{what} was killed by {_signal_name(-code)} under {python}" + (f": {last}" if last else "")
     ended = f"{what} exited with code {code} under {python} without an answer"
     return f"{ended}: {last}" if last else ended
 
 
-def _last_line(text: str) -> str:
-    lines = [line.strip() for line in text.splitlines() if line.strip()]
+def _signal_name(number: int) -> str:
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"
+
+
+def _last_words(stderr: str) -> str:
+    """What a crash said last: the exception line when it ended in a traceback (the message of a
+    torch CUDA error goes on for lines of advice after it), else the last line."""
+    cause = raised_in(stderr)
+    if cause is not None:
+        return cause
+    lines = [line.strip() for line in stderr.splitlines() if line.strip()]
     return lines[-1] if lines else ""

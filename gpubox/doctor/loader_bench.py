@@ -24,7 +24,6 @@ import os
 import signal
 import sys
 import time
-import traceback
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from types import FrameType
@@ -42,12 +41,12 @@ USAGE_KINDS = ("spec", "not_found", "not_callable", "device", "torch_missing")
 
 
 class BenchError(Exception):
-    """The run cannot go on: `message` is one sentence, `exception` the cause's last line."""
+    """The run cannot go on: `message` is one sentence, `exception` the cause in one line."""
 
     def __init__(self, kind: str, message: str, exc: BaseException | None = None) -> None:
         super().__init__(message)
         self.kind, self.message = kind, message
-        self.exception = last_line(exc) if exc is not None else None
+        self.exception = error_line(exc) if exc is not None else None
 
 
 class OutOfTime(BaseException):
@@ -58,11 +57,34 @@ class OutOfTime(BaseException):
         self.what = what  # "setting" or "budget"
 
 
-def last_line(exc: BaseException) -> str:
-    text = "".join(traceback.format_exception_only(type(exc), exc)).strip()
-    lines = [line.strip() for line in text.splitlines() if line.strip()]
-    # a worker's error carries the worker's traceback; its last line names the real cause
-    return lines[-1] if lines else type(exc).__name__
+def error_line(exc: BaseException) -> str:
+    """One line for an exception: its type and the first line of its message, as in
+    "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB ...". torch's CUDA errors
+    go on for lines of advice after the words that matter, so the message's last line is the wrong one."""
+    kind = type(exc)
+    name = (
+        kind.__qualname__ if kind.__module__ in ("builtins", "__main__") else f"{kind.__module__}.{kind.__qualname__}"
+    )
+    text = str(exc)
+    # a DataLoader worker's error carries the worker's traceback: its own exception line names the cause
+    cause = raised_in(text)
+    if cause is not None:
+        return cause
+    first = next((line.strip() for line in text.splitlines() if line.strip()), "")
+    return f"{name}: {first}" if first else name
+
+
+def raised_in(text: str) -> str | None:
+    """The exception line of the last traceback in `text` ("ValueError: bad sample"), or None when
+    it holds no traceback: the first line after the traceback's frames, which are all indented."""
+    lines = text.splitlines()
+    heads = [i for i, line in enumerate(lines) if line.rstrip().endswith("Traceback (most recent call last):")]
+    if not heads:
+        return None
+    for line in lines[heads[-1] + 1 :]:
+        if line.strip() and not line[0].isspace():
+            return line.strip()
+    return None
 
 
 class Clock:
@@ -441,13 +463,13 @@ class Bench:
             cause = exc.__cause__ or exc
             if warm_step:  # the factory's own step fails: nothing else is worth measuring
                 raise BenchError("step_raised", "the step raised an exception", cause) from None
-            record["error"] = f"the step raised: {last_line(cause)}"
+            record["error"] = f"the step raised: {error_line(cause)}"
         except BenchError:
             raise
         except Exception as exc:
             if warm_step:
                 raise BenchError("loader_raised", "the factory's loader raised an exception", exc) from None
-            record["error"] = last_line(exc)
+            record["error"] = error_line(exc)
         finally:
             record["epochs"] = feed.epochs
             self.clock.limit()
@@ -587,7 +609,9 @@ def sweep(bench: Bench, loader: Any, own: Setting, max_workers: int, full: bool)
         queue = first_round(own, max_workers, bench.gpu, full)
     except Exception as exc:
         kw, context, queue = None, None, [own]
-        report["notes"].append(f"the loader could not be rebuilt ({last_line(exc)}): only its own setting was measured")
+        report["notes"].append(
+            f"the loader could not be rebuilt ({error_line(exc)}): only its own setting was measured"
+        )
     tried: set[Setting] = set()
     second_planned = kw is None
     step_s = step_seconds(float(report["budget_s"]), full)
@@ -604,7 +628,7 @@ def sweep(bench: Bench, loader: Any, own: Setting, max_workers: int, full: bool)
         try:
             candidate = loader if first else build(kw or {}, s, context)
         except Exception as exc:
-            report["settings"].append({**s.as_json(), "own": False, "error": f"cannot build: {last_line(exc)}"})
+            report["settings"].append({**s.as_json(), "own": False, "error": f"cannot build: {error_line(exc)}"})
             continue
         record, out_of_time = bench.measure(candidate, s, share, warm_step=first)
         del candidate  # a rebuilt loader's workers go with it
@@ -751,7 +775,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def failure(report: dict[str, Any], kind: str, message: str, exception: str | BaseException | None) -> dict[str, Any]:
-    cause = last_line(exception) if isinstance(exception, BaseException) else exception
+    cause = error_line(exception) if isinstance(exception, BaseException) else exception
     keep = {k: report.get(k) for k in ("version", "mode", "budget_s", "python", "executable", "torch", "device")}
     error = {"kind": kind, "message": message, "exception": cause}
     broken = cause if kind == "torch_broken" else None

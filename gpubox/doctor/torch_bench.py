@@ -135,7 +135,7 @@ def _import_torch(answer: dict[str, Any]) -> Any:
     except Exception as exc:  # a broken install raises anything from OSError to AttributeError
         # only torch itself not found is "not installed": a ModuleNotFoundError from inside is breakage
         answer["torch_missing"] = isinstance(exc, ModuleNotFoundError) and exc.name == "torch"
-        answer["torch_error"] = _last_line(exc)
+        answer["torch_error"] = _reason(exc)
         return None
     answer["torch_version"] = str(torch.__version__)
     answer["cuda_build"] = torch.version.cuda
@@ -337,16 +337,24 @@ def _guarded(measure: Callable[[], dict[str, Any]]) -> dict[str, Any]:
         return {"seconds": [], "timer": None, "started_at": None, "ended_at": None, "error": _reason(exc)}
 
 
-def _last_line(exc: BaseException) -> str:
-    """The exception as Python's traceback ends it: "ImportError: libcudart.so.12: cannot open ..."."""
-    text = "".join(traceback.format_exception_only(type(exc), exc)).strip()
-    lines = [line.strip() for line in text.splitlines() if line.strip()]
-    return lines[-1] if lines else type(exc).__name__
-
-
 def _reason(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__
+    """One line for an exception: its type and the first line of its message, as in
+    "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB ...". torch's CUDA errors
+    go on for lines of advice after the words that matter. (loader_bench.error_line's twin: each
+    script runs alone, without gpubox.)"""
+    kind = type(exc)
+    name = (
+        kind.__qualname__ if kind.__module__ in ("builtins", "__main__") else f"{kind.__module__}.{kind.__qualname__}"
+    )
+    lines = str(exc).splitlines()
+    # a message that carries a traceback: the first line after its last traceback's frames names the cause
+    heads = [i for i, line in enumerate(lines) if line.rstrip().endswith("Traceback (most recent call last):")]
+    if heads:
+        for line in lines[heads[-1] + 1 :]:
+            if line.strip() and not line[0].isspace():
+                return line.strip()
+    first = next((line.strip() for line in lines if line.strip()), "")
+    return f"{name}: {first}" if first else name
 
 
 def _parser() -> argparse.ArgumentParser:

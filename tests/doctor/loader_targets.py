@@ -73,6 +73,40 @@ def failing_step() -> tuple[DataLoader[torch.Tensor], Any]:
     return DataLoader(ReadyItems(64), batch_size=8), step
 
 
+# torch's CUDA errors: the words that matter on the first line, then lines of advice
+OOM_MESSAGE = (
+    "CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 79.15 GiB "
+    "of which 1.02 GiB is free.\n"
+    "If reserved but unallocated memory is large try setting PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True.\n"
+)
+ASSERT_MESSAGE = (
+    "CUDA error: device-side assert triggered\n"
+    "CUDA kernel errors might be asynchronously reported at some other API call, so the stacktrace below might be "
+    "incorrect.\nFor debugging consider passing CUDA_LAUNCH_BLOCKING=1\n"
+    "Compile with `TORCH_USE_CUDA_DSA` to enable device-side assertions.\n"
+)
+
+
+def oom_step() -> tuple[DataLoader[torch.Tensor], Any]:
+    def step(batch: torch.Tensor) -> None:
+        raise torch.OutOfMemoryError(OOM_MESSAGE)
+
+    return DataLoader(ReadyItems(64), batch_size=8), step
+
+
+class FailingItems(Dataset[torch.Tensor]):
+    def __len__(self) -> int:
+        return 64
+
+    def __getitem__(self, i: int) -> torch.Tensor:
+        raise RuntimeError(ASSERT_MESSAGE)
+
+
+def failing_worker() -> DataLoader[torch.Tensor]:
+    """The error comes back from a worker process, with the worker's traceback in its message."""
+    return DataLoader(FailingItems(), batch_size=8, num_workers=1)
+
+
 def hangs() -> DataLoader[torch.Tensor]:
     """Never returns within any test's budget."""
     time.sleep(120)

@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +17,10 @@ from tests.fake_nvml import scenarios
 from tests.fake_nvml.build import fake_nvml_env
 from tests.fake_nvml.scenarios import FakeBox
 from tests.helpers import run_gpubox
+
+# programs that are no Python: one fails, one succeeds and prints nothing
+FALSE = shutil.which("false") or "/bin/false"
+TRUE = shutil.which("true") or "/bin/true"
 
 
 def doctor(box: FakeBox | None, tmp_path: Path, *args: str) -> tuple[int, dict[str, Any], str, str]:
@@ -148,10 +155,21 @@ def test_data_reads_are_measured_for_a_folder(tmp_path: Path) -> None:
         (["--only", "transfer", "--gpu", "5"], "--gpu: no GPU 5 on this box"),
         (["--python", "/nonexistent/python3"], "--python /nonexistent/python3"),
         (["--data", "/nonexistent/dataset"], "/nonexistent/dataset"),
+        (["--data", ""], "--data '': an empty path"),  # not the current directory
+        (["--data", " "], "--data ' ': an empty path"),
+        (["--python", ""], "--python '': an empty path"),
+        (["--python", FALSE], f"--python {FALSE}: not a working Python interpreter"),
+        (["--python", TRUE], f"--python {TRUE}: not a working Python interpreter"),
         (["--only", "data"], "--only data: name the dataset with --data PATH"),
         (["loader", "no_colon_here"], "MODULE:FACTORY"),
         (["loader", "gpubox_no_such_module:make"], "gpubox_no_such_module"),
         (["loader", "tests/doctor/loader_targets.py:fast", "--device", "tpu"], "--device"),
+        (["loader", ""], "MODULE:FACTORY"),
+        (["loader", "no/such/train.py:make"], "there is no file no/such/train.py"),
+        (["loader", "tests/doctor/loader_targets.py:fast", "--python", ""], "--python '': an empty path"),
+        (["loader", "tests/doctor/loader_targets.py:fast", "--python", "/nonexistent/python3"], "no such file"),
+        (["loader", "tests/doctor/loader_targets.py:fast", "--python", FALSE], "not a working Python interpreter"),
+        (["loader", "tests/doctor/loader_targets.py:fast", "--python", TRUE], "not a working Python interpreter"),
     ],
 )
 def test_bad_input_is_one_line_and_exit_code_2(tmp_path: Path, args: list[str], message: str) -> None:
@@ -172,3 +190,15 @@ def test_an_empty_dataset_folder_is_a_usage_error(tmp_path: Path) -> None:
     empty.mkdir()
     code, _, _, err = doctor(None, tmp_path, "--data", str(empty))
     assert code == 2 and err.startswith("gpubox: ") and err.count("\n") == 1, err
+
+
+def test_a_python_without_torch_is_a_finding_not_bad_input(tmp_path: Path) -> None:
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
+    python = str(venv / "bin" / "python")
+    if subprocess.run([python, "-c", "import torch"], capture_output=True, timeout=60).returncode == 0:
+        pytest.skip("a fresh virtual environment sees torch here")
+    code, doc, _, err = doctor(scenarios.healthy(1), tmp_path, "--json", "--only", "driver", "--python", python)
+    assert code in (0, 5), err
+    torch_build = by_id(doc)[("driver.torch_build", None)]
+    assert torch_build["status"] == "skip" and f"torch is not installed in {python}" in torch_build["detail"]

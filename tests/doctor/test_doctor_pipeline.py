@@ -30,6 +30,9 @@ for rates in RATES.values():
 
 STAND_IN = r"""
 import json, os, sys, time
+if sys.argv[1] == "-c":  # asked for its version, as a Python it answers
+    exec(sys.argv[2])
+    sys.exit(0)
 rates = json.loads(os.environ["STAND_IN_RATES"])
 command = sys.argv[2]
 if command == "facts":

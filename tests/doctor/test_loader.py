@@ -19,8 +19,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import torch
 
 from gpubox.doctor import loader as loader_module
+from gpubox.doctor import loader_bench, torch_bench
 from gpubox.doctor.host_view import HostView, UsableCpus
 from gpubox.doctor.loader import (
     LoaderOptions,
@@ -33,6 +35,7 @@ from gpubox.doctor.loader import (
 from gpubox.doctor.loader_checks import decide, loader_checks
 from gpubox.doctor.thresholds import Thresholds
 from gpubox.exit_codes import ExitCode, GpuboxError
+from tests.doctor.loader_targets import ASSERT_MESSAGE, OOM_MESSAGE
 from tests.helpers import REPO, run_gpubox
 
 TARGETS = "tests.doctor.loader_targets"
@@ -97,6 +100,16 @@ def test_without_a_step_only_input_rates_are_measured() -> None:
         ("tests.doctor.no_such_module:make", LoaderUsageError, "no module named 'tests.doctor.no_such_module'"),
         (f"{TARGETS}:empty", LoaderRunError, "the loader yields no batches"),
         (f"{TARGETS}:failing_step", LoaderRunError, "the step raised an exception: RuntimeError: CUDA out of memory"),
+        (
+            f"{TARGETS}:oom_step",
+            LoaderRunError,
+            "the step raised an exception: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB.",
+        ),
+        (
+            f"{TARGETS}:failing_worker",
+            LoaderRunError,
+            "loader raised an exception: RuntimeError: CUDA error: device-side assert triggered",
+        ),
     ],
 )
 def test_a_broken_factory_is_one_clear_sentence(target: str, error: type[GpuboxError], words: str) -> None:
@@ -105,6 +118,41 @@ def test_a_broken_factory_is_one_clear_sentence(target: str, error: type[GpuboxE
     message = caught.value.message
     assert words in message and "\n" not in message and "Traceback" not in message
     assert caught.value.code == (ExitCode.USAGE if error is LoaderUsageError else ExitCode.FAILED)
+
+
+WORKER_ERROR = (  # as torch re-raises an error of a DataLoader worker
+    "Caught RuntimeError in DataLoader worker process 0.\nOriginal Traceback (most recent call last):\n"
+    '  File "train.py", line 12, in __getitem__\n    raise RuntimeError(msg)\n'
+    "RuntimeError: " + ASSERT_MESSAGE
+)
+
+
+@pytest.mark.parametrize(
+    ("exc", "line"),
+    [
+        (ValueError("the dataset path is not set"), "ValueError: the dataset path is not set"),
+        (
+            torch.OutOfMemoryError(OOM_MESSAGE),
+            "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity "
+            "of 79.15 GiB of which 1.02 GiB is free.",
+        ),
+        (RuntimeError(ASSERT_MESSAGE), "RuntimeError: CUDA error: device-side assert triggered"),
+        (RuntimeError(WORKER_ERROR), "RuntimeError: CUDA error: device-side assert triggered"),
+        (
+            RuntimeError("\n\n  CUDA error: unspecified launch failure  \nmore\n"),
+            "RuntimeError: CUDA error: unspecified launch failure",
+        ),
+        (
+            SyntaxError("invalid syntax", ("train.py", 3, 5, "def (", 3, 6)),
+            "SyntaxError: invalid syntax (train.py, line 3)",
+        ),
+        (KeyError(), "KeyError"),
+    ],
+)
+def test_an_error_is_one_line_with_its_type_and_first_words(exc: BaseException, line: str) -> None:
+    # each script has its own copy: both must say the same
+    assert loader_bench.error_line(exc) == line
+    assert torch_bench._reason(exc) == line
 
 
 def test_a_factory_that_never_returns_is_stopped_at_the_budget() -> None:

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from gpubox.doctor import torch_bench
+from gpubox.doctor import interpreter, torch_bench
 from gpubox.doctor.interpreter import InterpreterUnusable, ScriptRun, check_interpreter, run_script
 from gpubox.doctor.library_checks import library_checks
 from gpubox.doctor.model import GpuFacts, SystemFacts
@@ -130,6 +130,49 @@ def test_a_bad_python_path_is_a_usage_error(tmp_path: Path) -> None:
         run_script("torch_bench.py", ["facts"], python=str(tmp_path / "missing"))
 
 
+def program(tmp_path: Path, body: str) -> str:
+    path = tmp_path / "python"
+    path.write_text("#!/bin/sh\n" + body + "\n")
+    path.chmod(0o755)
+    return str(path)
+
+
+@pytest.mark.parametrize(
+    ("body", "why"),
+    [
+        ("exit 1", "not a working Python interpreter (asked for its version, it exited with code 1)"),  # /bin/false
+        ("exit 0", "not a working Python interpreter (asked for its version, it printed nothing)"),  # /bin/true
+        ("echo hello", "not a working Python interpreter (asked for its version, it printed no version)"),
+        (
+            "echo 'Fatal Python error: init_fs_encoding' >&2\n"
+            "echo \"ModuleNotFoundError: No module named 'encodings'\" >&2\nexit 1",
+            "(asked for its version, it exited with code 1: ModuleNotFoundError: No module named 'encodings')",
+        ),
+        ("kill -SEGV $$", "(asked for its version, it was killed by SIGSEGV)"),
+        ("echo gpubox-python 2.7", "Python 2.7 is too old: the benchmarks need 3.8 or later"),
+    ],
+)
+def test_a_program_that_is_no_working_python_is_a_usage_error(tmp_path: Path, body: str, why: str) -> None:
+    python = program(tmp_path, body)
+    with pytest.raises(InterpreterUnusable) as caught:
+        check_interpreter(python)
+    assert caught.value.code == ExitCode.USAGE
+    assert caught.value.message.startswith(f"--python {python}: ") and caught.value.message.endswith(why)
+    assert "\n" not in caught.value.message
+
+
+def test_an_interpreter_that_does_not_answer_is_a_usage_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(interpreter, "VERSION_TIMEOUT_S", 0.5)
+    with pytest.raises(InterpreterUnusable, match=r"did not answer within 0\.5 s when asked for its version"):
+        check_interpreter(program(tmp_path, "exec sleep 30"))
+
+
+def test_a_working_python_passes_with_or_without_torch(python_without_torch: str) -> None:
+    # torch missing is a finding of the report, not bad input
+    assert check_interpreter(python_without_torch) == python_without_torch
+    assert check_interpreter(sys.executable) == sys.executable
+
+
 def test_a_venv_folder_gets_a_hint(tmp_path: Path) -> None:
     (tmp_path / "bin").mkdir()
     inside = tmp_path / "bin" / "python"
@@ -158,6 +201,15 @@ def test_a_crash_gives_the_last_line_of_stderr(tmp_path: Path) -> None:
     assert run.returncode == 1 and run.data is None
     assert run.failure == f"child.py transfer exited with code 1 under {sys.executable} without an answer: " + (
         "RuntimeError: CUDA error: boom"
+    )
+
+
+def test_a_crash_with_a_multi_line_error_gives_its_exception_line(tmp_path: Path) -> None:
+    message = "CUDA error: device-side assert triggered\\nFor debugging consider passing CUDA_LAUNCH_BLOCKING=1"
+    crash = script(tmp_path, f"print('loading', flush=True)\nraise RuntimeError('{message}')\n")
+    run = run_script(crash, ["transfer"])
+    assert run.failure == f"child.py transfer exited with code 1 under {sys.executable} without an answer: " + (
+        "RuntimeError: CUDA error: device-side assert triggered"
     )
 
 
