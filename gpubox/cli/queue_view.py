@@ -37,10 +37,30 @@ def _times(rec: Mapping[str, Any], now: float) -> tuple[str, str]:
 
 
 def _gpus(rec: Mapping[str, Any], request: str) -> str:
-    """The GPUs a job holds or last held; for a queued job, what it asks for."""
+    """The GPUs a job holds or last held ("#0,1": GPUs 0 and 1, as `--gpu` names them, never a
+    count); for a queued job, what it asks for."""
     if rec["state"] != "queued" and rec["attempt"]:
-        return ",".join(str(g) for g in rec["gpus"]) or "cpu"
+        held = [str(g) for g in rec["gpus"]]
+        return ("#" if all(g.isdigit() for g in held) else "") + ",".join(held) if held else "cpu"
     return request
+
+
+def held(gpus: Sequence[Any]) -> str:
+    """GPUs by index, in words: "GPU 0", "GPUs 0,1"; "cpu" for none."""
+    if not gpus:
+        return "cpu"
+    return ("GPU " if len(gpus) == 1 else "GPUs ") + ",".join(map(str, gpus))
+
+
+NAME_WIDTH = 24  # a job without a name shows this much of its command
+
+
+def _name(rec: Mapping[str, Any]) -> str:
+    """Its name; without one, the start of its command (as Slurm names a job after its script)."""
+    if rec["name"]:
+        return str(rec["name"])
+    command = " ".join(str(rec.get("command") or DASH).split())
+    return command if len(command) <= NAME_WIDTH else command[: NAME_WIDTH - 1] + "…"
 
 
 def _note(rec: Mapping[str, Any]) -> str:
@@ -75,7 +95,7 @@ def job_table(records: Sequence[Mapping[str, Any]], requests: Mapping[int, str],
         rows.append(
             [
                 str(rec["id"]),
-                rec["name"] or DASH,
+                _name(rec),
                 rec["kind"],
                 rec["state"],
                 _gpus(rec, requests[rec["id"]]),
@@ -104,7 +124,7 @@ def job_details(
         f"  command     {rec['command']}" + ("   (through /bin/sh -c)" if rec["shell"] else ""),
         f"  cwd         {rec['cwd']}",
         f"  kind        {rec['kind']}, priority {rec['priority']}",
-        f"  gpus        asked {request}" + (f"; holds {', '.join(map(str, rec['gpus']))}" if rec["gpus"] else ""),
+        f"  gpus        asked {request}" + (f"; holds {held(rec['gpus'])}" if rec["gpus"] else ""),
         f"  after       {', '.join(map(str, rec['after'])) or DASH}",
         f"  time limit  {duration(rec['time_limit_s']) if rec['time_limit_s'] else DASH}",
         f"  retries     {rec['failures']} of {rec['retries']} used",
@@ -118,7 +138,7 @@ def job_details(
     ]
     for a in attempts:
         ran = None if a["ended_at"] is None else a["ended_at"] - a["started_at"]
-        gpus = ",".join(map(str, a["gpus"])) or "cpu"
+        gpus = held(a["gpus"])
         how = a["outcome"] or "running"
         code = "" if a["exit_code"] is None else f", exit {a['exit_code']}"
         logs = f"{a['log_prefix']}.out|.err"

@@ -38,3 +38,38 @@ def test_a_record_without_queued_at_waits_from_its_submission() -> None:
     old = record()
     del old["queued_at"]
     assert cells(old, now=1090.0)[5:7] == ["1m30s", "-"]
+
+
+def test_a_job_without_a_name_is_listed_by_the_start_of_its_command() -> None:
+    table = job_table(
+        [
+            record(id=1, name="big", command="python train.py"),
+            record(id=2, command="python serve.py --port 8000 --model /models/llama"),
+            record(id=3, command="echo  two\tspaces"),
+        ],
+        {1: "1", 2: "1", 3: "cpu"},
+        now=1000.0,
+    )
+    names = [line[4:30].rstrip() for line in table.splitlines()[1:]]
+    assert names == ["big", "python serve.py --port …", "echo two spaces"]
+
+
+def test_gpus_a_job_holds_are_named_never_counted() -> None:
+    running = record(state="running", attempt=1, started_at=1000.0, gpus=[0, 1])
+    assert cells(running, now=1000.0)[4] == "#0,1"
+    assert cells(record(state="running", attempt=1, started_at=1000.0, gpus=["GPU-9f3a"]), now=1000.0)[4] == "GPU-9f3a"
+    assert cells(record(state="running", attempt=1, started_at=1000.0), now=1000.0)[4] == "cpu"
+    assert cells(record(), now=1000.0)[4] == "cpu"  # queued: what it asks for
+
+
+def test_show_names_the_gpus_held_in_words() -> None:
+    from gpubox.cli.queue_view import job_details
+
+    rec = record(state="running", attempt=1, started_at=1000.0, gpus=[0], command="python train.py", shell=False)
+    rec.update({"cwd": "/", "priority": 0, "after": [], "time_limit_s": None, "failures": 0, "retries": 0})
+    rec.update({"probe": True, "tags": {}})
+    attempts = [{"number": 1, "started_at": 1000.0, "ended_at": 1060.0, "gpus": [0, 1], "outcome": "failed"}]
+    attempts[0].update({"exit_code": 1, "log_prefix": "/state/logs/1.1"})
+    text = job_details(rec, attempts, "1")
+    assert "asked 1; holds GPU 0" in text
+    assert "ran 1m00s on GPUs 0,1;" in text
