@@ -3,6 +3,7 @@ Thin: parse, call gpubox.doctor, render (rich) or print the JSON envelope."""
 
 from __future__ import annotations
 
+import sys
 from typing import TYPE_CHECKING, Annotated
 
 import typer
@@ -155,12 +156,21 @@ def _thresholds() -> Thresholds:
 
 
 def _emit(report: DoctorReport, code: ExitCode, as_json: bool, no_color: bool, verbose: bool) -> None:
+    # Exit 3 is an error: say why on stderr (the envelope's errors), as every command does.
+    from gpubox.doctor.findings import NO_GPU_NOTE
+
+    errors = [n for n in report.notes if n.startswith(NO_GPU_NOTE)] if code == ExitCode.NO_GPU else []
     if as_json:
-        print_json(report.command, report, code)
+        print_json(report.command, report, code, errors or None)
     else:
         from gpubox.cli.doctor_view import render
         from gpubox.config import load_config
 
         color = False if no_color else bool(load_config().get("color"))
         render(report, console(color), verbose)
+        if errors:
+            from gpubox.format import one_line
+
+            sys.stdout.flush()
+            sys.stderr.write(f"gpubox: {one_line(errors[0])}\n")
     raise typer.Exit(int(code))

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gpubox.doctor.findings import DoctorReport, exit_code, make_report
+from gpubox.doctor.findings import NO_GPU_NOTE, DoctorReport, exit_code, make_report
 from gpubox.doctor.guard import TimedOut, guarded, within
 from gpubox.doctor.model import CATEGORIES, GPU_CATEGORIES, Check, LinkSample, SystemFacts
 from gpubox.doctor.thresholds import Thresholds
@@ -158,7 +158,7 @@ def _examine(
         data = options.data
         checks += guarded("data", "Dataset reads", "data", DATA_TIMEOUT_S[options.mode], lambda: _data(data, t, view))
     if no_gpu_but_asked:
-        notes.append(f"GPU checks were asked for, but no GPU was found: {facts.nvml_error or 'NVML lists none'}")
+        notes.append(f"{NO_GPU_NOTE}: {facts.nvml_error or 'NVML lists none'}")
     elif gpu_work and not facts.gpus:
         notes.append(f"no GPU found ({facts.nvml_error or 'NVML lists none'}): the GPU checks are skipped")
     report = make_report(

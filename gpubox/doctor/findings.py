@@ -48,6 +48,9 @@ def summary_line(checks: Sequence[Check], findings: Sequence[Check]) -> str:
     return f"{tally}. First: {where}{top.title}: {top.detail}"
 
 
+NO_GPU_NOTE = "GPU checks were asked for, but no GPU was found"  # the note of a run that exits 3
+
+
 def exit_code(checks: Sequence[Check], no_gpu_but_asked: bool) -> ExitCode:
     """3 when GPU checks were asked for by name on a box without GPUs, 5 when a check failed."""
     if no_gpu_but_asked:

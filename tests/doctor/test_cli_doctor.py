@@ -103,6 +103,10 @@ def test_gpu_groups_asked_for_on_a_box_without_gpus_exit_3(tmp_path: Path) -> No
     assert code == 3, err
     assert doc["exit_code"] == 3 and doc["ok"] is False
     assert any("no GPU was found" in n for n in doc["data"]["notes"])
+    assert any("no GPU was found" in e for e in doc["errors"])
+    code, _, out, err = doctor(None, tmp_path, "--only", "gpu", "--no-color")  # the report, and why it is 3
+    assert code == 3 and "nothing could be checked" in out
+    assert err.startswith("gpubox: GPU checks were asked for, but no GPU was found") and err.count("\n") == 1, err
     code, doc, _, err = doctor(None, tmp_path, "--json", "--only", "transfer", "--gpu", "0")
     assert code == 3, err  # a GPU named on a box without GPUs: no GPU, not a typo
     assert doc["data"]["benchmarks"]["transfer"][0]["error"]
