@@ -134,7 +134,7 @@ def job_details(
         f"  started     {_when(rec['started_at'])}",
         f"  ended       {_when(rec['ended_at'])}",
         f"  exit code   {DASH if rec['exit_code'] is None else rec['exit_code']}",
-        f"  gpu use     {'not shown: the ledger cannot be read' if usage_unread else gpu_use(usage)}",
+        f"  gpu use     {'not shown: the ledger cannot be read' if usage_unread else gpu_use(usage, rec)}",
     ]
     for a in attempts:
         ran = None if a["ended_at"] is None else a["ended_at"] - a["started_at"]
@@ -150,10 +150,16 @@ def _gpu_time(gpu_hours: float | None, unknown: str) -> str:
     return unknown if gpu_hours is None else duration(gpu_hours * 3600)
 
 
-def gpu_use(usage: Mapping[str, Any] | None) -> str:
-    """The job's GPU use from the ledger, in GPU-time (one GPU for 1h, or two for 30m, is 1h00m)."""
+def gpu_use(usage: Mapping[str, Any] | None, rec: Mapping[str, Any] | None = None) -> str:
+    """The job's GPU use from the ledger, in GPU-time (one GPU for 1h, or two for 30m, is 1h00m);
+    said to be partial while the ledger has not caught up with the job (`rec`)."""
     if usage is None:
         return "not recorded"
+    last = usage["last_at"]
+    # The daemon writes what it sampled once a minute: a running job's last minute, or an ended
+    # one's, may not be in yet.
+    behind = rec is not None and (rec["state"] == "running" or (rec["ended_at"] or 0) - last > 1)
+    upto = f" (recorded up to {time.strftime('%H:%M:%S', time.localtime(last))})" if behind else ""
     share = usage["busy_share"]
     busy = _gpu_time(usage["busy_gpu_hours"], "unknown") + ("" if share is None else f" ({100 * share:.0f}%)")
     energy = "unknown" if usage["energy_kwh"] is None else f"{usage['energy_kwh']:.3g} kWh"
@@ -162,5 +168,5 @@ def gpu_use(usage: Mapping[str, Any] | None) -> str:
         f"{_gpu_time(usage['allocated_gpu_hours'], DASH)} GPU-time allocated"
         f" over {attempts} attempt{'' if attempts == 1 else 's'}, busy {busy},"
         f" idle while allocated {_gpu_time(usage['idle_allocated_gpu_hours'], 'unknown')},"
-        f" starved {_gpu_time(usage['starved_gpu_hours'], 'not measured')}, energy {energy}"
+        f" starved {_gpu_time(usage['starved_gpu_hours'], 'not measured')}, energy {energy}{upto}"
     )

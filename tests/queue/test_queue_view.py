@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from gpubox.cli.queue_view import job_table
@@ -73,3 +74,16 @@ def test_show_names_the_gpus_held_in_words() -> None:
     text = job_details(rec, attempts, "1")
     assert "asked 1; holds GPU 0" in text
     assert "ran 1m00s on GPUs 0,1;" in text
+
+
+def test_gpu_use_says_when_the_ledger_has_not_caught_up_with_the_job() -> None:
+    from gpubox.cli.queue_view import gpu_use
+
+    usage = {"last_at": 1045.0, "busy_share": 0.5, "busy_gpu_hours": 0.00625, "energy_kwh": None, "attempts": 1}
+    usage.update({"allocated_gpu_hours": 0.0125, "idle_allocated_gpu_hours": 0.00625, "starved_gpu_hours": None})
+    stamp = time.strftime("%H:%M:%S", time.localtime(1045.0))
+    ended = record(state="succeeded", attempt=1, started_at=1000.0, ended_at=1075.0)
+    assert gpu_use(usage, ended).endswith(f"energy unknown (recorded up to {stamp})")
+    assert gpu_use(usage, record(state="running", attempt=1, started_at=1000.0)).endswith(f"(recorded up to {stamp})")
+    caught_up = record(state="succeeded", attempt=1, started_at=1000.0, ended_at=1045.5)
+    assert gpu_use(usage, caught_up).endswith("energy unknown")
