@@ -110,7 +110,8 @@ def _parse_kind_order(raw: object) -> tuple[str, ...]:
     return order
 
 
-# key -> (parser, default). A key "a.b" is `[a] b = ...` in TOML and GPUBOX_A_B in the environment.
+# key -> (parser, default). A key "top.interval" is `[top] interval = ...` in TOML and GPUBOX_TOP_INTERVAL
+# in the environment (env_name).
 SCHEMA: dict[str, tuple[Callable[[object], Any], Any]] = {
     "top.interval": (_parse_interval, 1.0),
     "top.loader_window": (_parse_loader_window, 10),  # seconds of loader wait averaged
