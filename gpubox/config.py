@@ -3,7 +3,9 @@ the system TOML, then defaults. Unknown keys and bad values are errors that name
 
 from __future__ import annotations
 
+import errno
 import os
+import stat
 import tomllib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -108,7 +110,8 @@ def _parse_kind_order(raw: object) -> tuple[str, ...]:
     return order
 
 
-# key -> (parser, default). A key "a.b" is `[a] b = ...` in TOML and GPUBOX_A_B in the environment.
+# key -> (parser, default). A key "top.interval" is `[top] interval = ...` in TOML and GPUBOX_TOP_INTERVAL
+# in the environment (env_name).
 SCHEMA: dict[str, tuple[Callable[[object], Any], Any]] = {
     "top.interval": (_parse_interval, 1.0),
     "top.loader_window": (_parse_loader_window, 10),  # seconds of loader wait averaged
@@ -157,19 +160,34 @@ def _flatten(doc: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
 
 
 def _read_toml(path: Path) -> dict[str, Any]:
+    """The settings in a TOML file; none when nothing at all is at `path`. Anything else there
+    that cannot be read is an error: its settings must not be dropped without a word."""
     try:
-        if not path.exists():  # also when a parent is not a directory
-            return {}
-        if not path.is_file():  # a directory, a FIFO or /dev/zero would fail or hang
-            raise GpuboxError(f"config file {path}: not a regular file", ExitCode.USAGE)
+        st = path.stat()
+    except FileNotFoundError:
+        if path.is_symlink():
+            target = os.path.realpath(path)
+            raise GpuboxError(f"config file {path}: a link to {target}, which does not exist", ExitCode.USAGE) from None
+        return {}
+    except NotADirectoryError:
+        return {}  # a parent is a file: nothing can be at the path
+    except OSError as exc:
+        raise GpuboxError(f"config file {path}: {_unreadable(exc)}", ExitCode.USAGE) from None
+    if not stat.S_ISREG(st.st_mode):  # a directory, a FIFO or /dev/zero would fail or hang
+        what = " (a directory)" if stat.S_ISDIR(st.st_mode) else ""
+        raise GpuboxError(f"config file {path}: not a regular file{what}", ExitCode.USAGE)
+    try:
         with path.open("rb") as fh:
             return _flatten(tomllib.load(fh))
-    except PermissionError:
-        return {}  # a system file we may not read is not an error for a user command
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise GpuboxError(f"config file {path}: {exc}", ExitCode.USAGE) from exc
     except OSError as exc:
-        raise GpuboxError(f"config file {path}: {exc.strerror or exc}", ExitCode.USAGE) from exc
+        raise GpuboxError(f"config file {path}: {_unreadable(exc)}", ExitCode.USAGE) from None
+
+
+def _unreadable(exc: OSError) -> str:
+    why = "a loop of symbolic links" if exc.errno == errno.ELOOP else exc.strerror or str(exc)
+    return f"cannot be read ({why})"
 
 
 def _apply(layer: Mapping[str, Any], source: str, values: dict[str, Any], sources: dict[str, str]) -> None:

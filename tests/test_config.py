@@ -1,3 +1,9 @@
+import errno
+import json
+import os
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -72,3 +78,118 @@ def test_bad_env_value_names_the_variable(tmp_path: Path) -> None:
     env["GPUBOX_TOP_INTERVAL"] = "fast"
     with pytest.raises(GpuboxError, match="GPUBOX_TOP_INTERVAL"):
         load_config({}, env, paths)
+
+
+# Root reads a file whatever its permissions say, unless it runs without these capabilities.
+AS_ROOT = os.geteuid() == 0
+NO_DAC = ["setpriv", "--bounding-set=-dac_override,-dac_read_search", "--inh-caps=-dac_override,-dac_read_search"]
+BROKEN = ["dangling link", "link loop", "directory", "unreadable"]
+
+
+def _break(path: Path, how: str) -> str:
+    """Put at `path` a config file that is there but cannot be read; what gpubox should say of it."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if how == "dangling link":
+        path.symlink_to(path.parent / "gone" / "config.toml")
+        return f"a link to {os.path.realpath(path.parent / 'gone' / 'config.toml')}, which does not exist"
+    if how == "link loop":
+        path.symlink_to(path.name)
+        return "cannot be read (a loop of symbolic links)"
+    if how == "directory":
+        path.mkdir()
+        return "not a regular file (a directory)"
+    path.write_text("color = false\n")
+    path.chmod(0)
+    return "cannot be read (Permission denied)"
+
+
+@pytest.mark.parametrize("how", BROKEN)
+@pytest.mark.parametrize("which", ["user", "system"])
+def test_a_config_file_that_is_there_but_cannot_be_read_is_an_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, which: str, how: str
+) -> None:
+    env, paths = _paths(tmp_path)
+    path = paths.user_config_file if which == "user" else paths.system_config_file
+    why = _break(path, how)
+    if how == "unreadable" and AS_ROOT:
+        _deny_reading(monkeypatch, path)
+    with pytest.raises(GpuboxError) as err:
+        load_config({}, env, paths)
+    assert err.value.code == ExitCode.USAGE
+    assert err.value.message == f"config file {path}: {why}"
+
+
+def _deny_reading(monkeypatch: pytest.MonkeyPatch, path: Path) -> None:
+    """As the kernel refuses a file without read permission to anyone but root."""
+    real_open = Path.open
+
+    def refusing_open(self: Path, *args: object, **kwargs: object) -> object:
+        if self == path:
+            raise PermissionError(errno.EACCES, "Permission denied", str(self))
+        return real_open(self, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(Path, "open", refusing_open)
+
+
+def test_only_nothing_at_the_path_means_the_defaults(tmp_path: Path) -> None:
+    env, paths = _paths(tmp_path)
+    assert not paths.user_config_file.parent.exists()  # no folder, no file: the defaults
+    assert load_config({}, env, paths).sources["color"] == "default"
+    (tmp_path / "etc").write_text("a file, where a folder would be")
+    paths = paths.__class__(paths.config_dir, paths.state_dir, paths.runtime_dir, tmp_path / "etc" / "config.toml")
+    assert load_config({}, env, paths).sources["color"] == "default"
+
+
+def _gpubox(tmp_path: Path, *args: str, unprivileged: bool = False) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("GPUBOX_", "XDG_"))}
+    env.update(
+        HOME=str(tmp_path / "home"),
+        GPUBOX_STATE_DIR=str(tmp_path / "state"),
+        GPUBOX_RUNTIME_DIR=str(tmp_path / "run"),
+        GPUBOX_SYSTEM_CONFIG=str(tmp_path / "system.toml"),
+    )
+    prefix = NO_DAC if unprivileged and AS_ROOT else []
+    return subprocess.run(
+        [*prefix, sys.executable, "-m", "gpubox", *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        stdin=subprocess.DEVNULL,
+        timeout=60,
+    )
+
+
+def _refused(result: subprocess.CompletedProcess[str], path: Path, why: str) -> None:
+    assert "Traceback" not in result.stderr, result.stderr
+    assert result.returncode == ExitCode.USAGE, (result.returncode, result.stderr)
+    assert result.stderr == f"gpubox: config file {path}: {why}\n"
+
+
+@pytest.mark.parametrize("how", BROKEN)
+@pytest.mark.parametrize("which", ["user", "system"])
+def test_the_cli_refuses_a_config_file_it_cannot_read(tmp_path: Path, which: str, how: str) -> None:
+    path = tmp_path / ("home/.config/gpubox/config.toml" if which == "user" else "system.toml")
+    if how == "unreadable" and AS_ROOT and not shutil.which("setpriv"):
+        pytest.skip("root reads files without permission, and there is no setpriv to drop that power")
+    why = _break(path, how)
+    _refused(_gpubox(tmp_path, "top", "--once", "--demo", unprivileged=how == "unreadable"), path, why)
+
+
+@pytest.mark.parametrize(
+    "args",
+    [("queue", "add", "--", "true"), ("daemon",), ("report",), ("metrics", "dump", "--demo"), ("doctor",)],
+    ids=" ".join,
+)
+def test_every_command_that_loads_settings_refuses_an_unreadable_config(tmp_path: Path, args: tuple[str, ...]) -> None:
+    """`queue add` and `daemon` alone run without Typer; a queue command checks the settings before
+    it starts a daemon that would only die on them, and stores nothing."""
+    path = tmp_path / "system.toml"
+    why = _break(path, "dangling link")
+    try:
+        _refused(_gpubox(tmp_path, *args), path, why)
+        assert not (tmp_path / "state" / "daemon.log").exists()  # no daemon was started
+    finally:
+        _gpubox(tmp_path, "daemon", "stop")  # a daemon started by mistake must not outlive the test
+    path.unlink()
+    listed = _gpubox(tmp_path, "queue", "ls", "--json")
+    assert listed.returncode == 0 and json.loads(listed.stdout)["data"]["jobs"] == []

@@ -58,11 +58,11 @@ def _ask_status(paths: Any) -> dict[str, Any]:
 @app.command("status")
 def status(as_json: JSON = False) -> None:
     """Say whether the daemon runs, with its pid and queue counts; exit 4 when it does not."""
-    from gpubox.paths import resolve_paths
+    from gpubox.cli.settings import settings_paths
     from gpubox.queue.layout import lock_holder, socket_path
     from gpubox.queue.wire import Unreachable
 
-    paths = resolve_paths()
+    paths = settings_paths()
     try:
         info = _ask_status(paths)
     except Unreachable as exc:
@@ -99,13 +99,13 @@ def stop(
     timeout: Annotated[float, typer.Option("--timeout", help="Seconds to wait for it to exit.")] = 10.0,
 ) -> None:
     """Stop the daemon; running jobs keep running. Succeeds when none was running."""
-    from gpubox.paths import resolve_paths
+    from gpubox.cli.settings import settings_paths
     from gpubox.queue.layout import lock_holder, socket_path
     from gpubox.queue.wire import Unreachable, ask
 
     if not (timeout > 0 and math.isfinite(timeout)):
         raise GpuboxError(f"invalid --timeout {timeout:g}: expected a number of seconds above 0", ExitCode.USAGE)
-    paths = resolve_paths()
+    paths = settings_paths()
     try:
         answer = ask(socket_path(paths), "stop", timeout=3.0)
     except Unreachable:

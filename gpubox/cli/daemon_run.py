@@ -15,7 +15,10 @@ from gpubox.exit_codes import ExitCode, GpuboxError
 
 def serve() -> int:
     """Run the queue daemon until it is stopped; its exit code. GpuboxError when it cannot."""
+    import os
+
     from gpubox.config import load_config
+    from gpubox.env_vars import unknown_variables
     from gpubox.paths import absolute, resolve_paths
     from gpubox.queue.daemon import AlreadyRunning, CannotListen, Daemon
     from gpubox.queue.schedule import QueueConfig
@@ -25,7 +28,10 @@ def serve() -> int:
     values = load_config(paths=paths).values
     config = QueueConfig.from_values(values)
     try:
-        return Daemon(paths, config, recording=_recording(paths, values)).run()
+        daemon = Daemon(paths, config, recording=_recording(paths, values))
+        for warning in unknown_variables(os.environ):  # in its log, once
+            daemon.log(f"warning: {warning}")
+        return daemon.run()
     except (AlreadyRunning, CannotListen) as exc:
         raise GpuboxError(str(exc), ExitCode.FAILED) from None
     except (StoreError, PermissionError) as exc:

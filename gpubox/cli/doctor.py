@@ -149,10 +149,10 @@ def loader(
 
 
 def _thresholds() -> Thresholds:
-    from gpubox.config import load_config
+    from gpubox.cli.settings import load_settings
     from gpubox.doctor.thresholds import thresholds_from
 
-    return thresholds_from(load_config().values)
+    return thresholds_from(load_settings().values)
 
 
 def _emit(report: DoctorReport, code: ExitCode, as_json: bool, no_color: bool, verbose: bool) -> None:
@@ -164,9 +164,9 @@ def _emit(report: DoctorReport, code: ExitCode, as_json: bool, no_color: bool, v
         print_json(report.command, report, code, errors or None)
     else:
         from gpubox.cli.doctor_view import render
-        from gpubox.config import load_config
+        from gpubox.cli.settings import load_settings
 
-        color = False if no_color else bool(load_config().get("color"))
+        color = False if no_color else bool(load_settings().get("color"))
         render(report, console(color), verbose)
         if errors:
             from gpubox.format import one_line

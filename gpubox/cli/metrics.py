@@ -97,11 +97,11 @@ def dump(
 
 
 def _open_collector(demo: bool, command: str) -> BoxCollector:
-    from gpubox.config import load_config
+    from gpubox.cli.settings import load_settings
     from gpubox.metrics.exposition import open_box_collector
     from gpubox.telemetry.backend import BackendUnavailable
 
-    cfg = load_config()
+    cfg = load_settings()
     try:
         return open_box_collector(demo, cfg.get("top.loader_window"), cfg.get("top.loader_sampling"))
     except BackendUnavailable as exc:

@@ -39,9 +39,9 @@ def errors() -> Iterator[None]:
 
 
 def queue_paths() -> Paths:
-    from gpubox.paths import resolve_paths
+    from gpubox.cli.settings import settings_paths
 
-    return resolve_paths()
+    return settings_paths()
 
 
 def open_queue_store(paths: Paths) -> JobStore:

@@ -167,14 +167,15 @@ def parse_request(since: str, until: str, by: str | None, tag: str | None, now: 
 
 def _settings(per_gpu_hour: float | None, per_kwh: float | None, no_color: bool) -> tuple[Prices, bool]:
     """Prices from the flags, else the config; and whether to colour."""
-    from gpubox.config import MAX_PRICE, load_config
+    from gpubox.cli.settings import load_settings
+    from gpubox.config import MAX_PRICE
     from gpubox.ledger.report import Prices
 
     for flag, price in (("--price-per-gpu-hour", per_gpu_hour), ("--price-per-kwh", per_kwh)):
         if price is not None and not (math.isfinite(price) and 0 <= price <= MAX_PRICE):
             raise GpuboxError(f"{flag} must be a price from 0 to 1000000000, not {price:g}", ExitCode.USAGE)
     flags = {"report.gpu_hour_price": per_gpu_hour, "report.kwh_price": per_kwh, "color": False if no_color else None}
-    cfg = load_config(flags)
+    cfg = load_settings(flags)
     return Prices(cfg.get("report.gpu_hour_price"), cfg.get("report.kwh_price")), bool(cfg.get("color"))
 
 

@@ -76,9 +76,9 @@ def _top(
     from gpubox.telemetry.sources import open_backend, snapshot_over
 
     flags = {"top.interval": interval, "color": False if no_color else None}
-    from gpubox.config import load_config
+    from gpubox.cli.settings import load_settings
 
-    cfg = load_config(flags)
+    cfg = load_settings(flags)
     # A live view needs a terminal; `gpubox top > file` or `| grep` gets one snapshot instead.
     once = once or json_out or not (sys.stdout.isatty() and sys.stdin.isatty())
     if not 1 <= demo_gpus <= 64 or not 0 <= demo_processes <= 10_000:

@@ -35,3 +35,17 @@ def test_a_plain_daemon_does_without_typer_and_a_second_one_says_why_it_stops(qu
         timeout=60,
     )
     assert (full.returncode, full.stderr.splitlines()) == (1, said)
+
+
+def test_a_daemon_warns_of_an_unknown_variable_once_when_it_starts(queue: QueueBox) -> None:
+    """In its log (a client started it), before it says it is up, and not at every pass."""
+    typo = {"GPUBOX_STAT_DIR": str(queue.home / "elsewhere"), "GPUBOX_QUEUE_POLL_INTERVAL": "0.05"}
+    said = "GPUBOX_STAT_DIR is not a gpubox variable (did you mean GPUBOX_STATE_DIR?)"
+    added = queue("queue", "add", "--gpus", "0", "--", "sleep", "1", env=typo)
+    assert added.returncode == 0 and added.stderr == f"gpubox: warning: {said}\n"
+    queue.wait_state(int(added.stdout), ("succeeded",))
+    assert queue("daemon", "stop").returncode == 0
+    log = (queue.state_dir / "daemon.log").read_text().splitlines()
+    warned = [i for i, line in enumerate(log) if "warning" in line]
+    assert [log[i] for i in warned] == [f"gpubox daemon: warning: {said}"], log
+    assert log[warned[0] + 1].startswith("gpubox daemon: pid ")
