@@ -9,6 +9,7 @@ private /tmp/gpubox-<uid> otherwise.
 from __future__ import annotations
 
 import os
+import stat
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -78,9 +79,17 @@ def absolute(paths: Paths) -> Paths:
 
 
 def ensure_private_dir(path: Path) -> Path:
-    """Create a directory readable by its owner alone; refuse one that another user owns."""
+    """Create a directory readable by its owner alone; refuse one that another user owns, or one
+    that others may write to (made beforehand by hand): whoever can write there can replace the
+    queue's database or socket, and so run commands as its owner (ssh's StrictModes refuses such
+    a folder too). Its mode is not changed here: that folder may be someone's $HOME."""
     path.mkdir(mode=0o700, parents=True, exist_ok=True)
     st = path.stat()
     if st.st_uid != os.getuid():
         raise PermissionError(f"{path} belongs to uid {st.st_uid}, not to us")
+    if st.st_mode & 0o022:
+        mode = f"{stat.S_IMODE(st.st_mode):04o}"
+        raise PermissionError(
+            f"{path} is writable by other users (mode {mode}): make it yours alone (chmod go-w {path})"
+        )
     return path

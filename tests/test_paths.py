@@ -56,3 +56,23 @@ def test_private_dir_is_0700_and_refuses_someone_elses(tmp_path: Path) -> None:
         os.chown(other, 12345, 12345)
         with pytest.raises(PermissionError):
             ensure_private_dir(other)
+
+
+@pytest.mark.parametrize("mode", [0o777, 0o1777, 0o775, 0o757])
+def test_a_folder_others_may_write_to_is_refused_and_left_as_it_is(tmp_path: Path, mode: int) -> None:
+    loose = tmp_path / "state"
+    loose.mkdir()
+    loose.chmod(mode)
+    with pytest.raises(PermissionError, match=rf"writable by other users \(mode {mode:04o}\).*chmod go-w"):
+        ensure_private_dir(loose)
+    assert loose.stat().st_mode & 0o7777 == mode
+
+
+@pytest.mark.parametrize("mode", [0o700, 0o755, 0o750, 0o711])
+def test_a_folder_others_may_only_read_is_kept(tmp_path: Path, mode: int) -> None:
+    """A $HOME or a runtime folder made by hand with a usual umask: the files in it are 0600."""
+    kept = tmp_path / "state"
+    kept.mkdir()
+    kept.chmod(mode)
+    assert ensure_private_dir(kept) == kept
+    assert kept.stat().st_mode & 0o777 == mode

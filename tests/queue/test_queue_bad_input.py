@@ -467,6 +467,18 @@ def test_damaged_pages_are_named_as_such(queue: QueueBox) -> None:
     assert queue.daemon_pid() is None
 
 
+def test_a_state_folder_others_may_write_to_is_refused_and_left_as_it_is(queue: QueueBox) -> None:
+    """Whoever may write there may replace the database, and so run commands as its owner."""
+    queue.state_dir.mkdir(parents=True)
+    queue.state_dir.chmod(0o777)
+    for args in (("queue", "ls"), ("queue", "add", "--gpus", "0", "--", "true"), ("daemon",)):
+        result = queue(*args, timeout=30)
+        assert_one_error_line(result, FAILED, f"{queue.state_dir} is writable by other users (mode 0777)")
+    assert queue.state_dir.stat().st_mode & 0o7777 == 0o777
+    assert list(queue.state_dir.iterdir()) == []
+    assert queue.daemon_pid() is None
+
+
 def test_foreign_sqlite_database_is_refused_and_left_alone(queue: QueueBox) -> None:
     queue.state_dir.mkdir(parents=True)
     conn = sqlite3.connect(queue.db)
