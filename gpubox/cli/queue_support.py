@@ -50,7 +50,7 @@ def open_queue_store(paths: Paths) -> JobStore:
     return open_store(paths)
 
 
-def box_gpus(why: str = "this job names GPUs") -> list[GpuInfo]:
+def box_gpus(why: str = "this job asks for GPUs") -> list[GpuInfo]:
     from gpubox.queue.gpus import NoNvml, NvmlGpus
 
     source = NvmlGpus()

@@ -178,7 +178,7 @@ def _open_nvml(given: Any) -> tuple[Any, bool]:
     if given is not None:
         return given, False
     from gpubox.telemetry.backend import BackendUnavailable
-    from gpubox.telemetry.nvml_backend import load_nvml
+    from gpubox.telemetry.nvml_load import load_nvml
 
     try:
         return within(FACTS_TIMEOUT_S, load_nvml), True

@@ -64,7 +64,7 @@ def read_facts(nvml: Any | None = None, root: str | os.PathLike[str] = "/") -> S
     owned = nvml is None
     if nvml is None:
         from gpubox.telemetry.backend import BackendUnavailable
-        from gpubox.telemetry.nvml_backend import load_nvml
+        from gpubox.telemetry.nvml_load import load_nvml
 
         try:
             nvml = load_nvml()
@@ -218,7 +218,7 @@ class LinkSampler:
     ) -> None:
         self._owned = nvml is None
         if nvml is None:
-            from gpubox.telemetry.nvml_backend import load_nvml
+            from gpubox.telemetry.nvml_load import load_nvml
 
             nvml = load_nvml()
         self._call = Caller(nvml)

@@ -32,17 +32,21 @@ class NvmlGpus:
 
     def _open(self) -> Any:
         if self._nvml is None:
-            try:
-                import pynvml
+            from gpubox.telemetry.backend import BackendUnavailable
+            from gpubox.telemetry.nvml_load import load_nvml
 
-                pynvml.nvmlInit()
+            try:
+                pynvml = load_nvml()  # says what is missing as `gpubox top` does: no driver, no permission
+            except BackendUnavailable as exc:
+                raise NoNvml(f"NVML cannot start: {exc}") from None
+            try:
                 handles = []
                 for index in range(pynvml.nvmlDeviceGetCount()):
                     handle = pynvml.nvmlDeviceGetHandleByIndex(index)
                     uuid = pynvml.nvmlDeviceGetUUID(handle)
                     handles.append((index, uuid.decode() if isinstance(uuid, bytes) else str(uuid), handle))
             except Exception as exc:  # pynvml raises NVMLError subclasses, OSError or ImportError
-                raise NoNvml(f"NVML is not available ({exc})") from None
+                raise NoNvml(f"NVML cannot list the GPUs ({exc})") from None
             self._nvml, self._handles = pynvml, handles
         return self._nvml
 

@@ -20,6 +20,7 @@ from gpubox.telemetry.loader_wait import LoaderWait, LoaderWaitReader
 from gpubox.telemetry.model import BoxSnapshot, GpuSnapshot, ProcessSnapshot, Reason
 from gpubox.telemetry.nvml_device import Caller, Device
 from gpubox.telemetry.nvml_errors import reason_for
+from gpubox.telemetry.nvml_load import load_nvml
 from gpubox.telemetry.nvml_rates import GPM_FIELDS, read_gpm, read_pcie, read_process_util
 
 CLOCK_EVENT_NAMES = (
@@ -37,26 +38,6 @@ CLOCK_EVENT_NAMES = (
 
 def decode_clock_events(mask: int) -> tuple[str, ...]:
     return tuple(name for bit, name in CLOCK_EVENT_NAMES if mask & bit)
-
-
-def load_nvml() -> ModuleType:
-    """Import pynvml and initialise NVML, or raise BackendUnavailable with one clear line."""
-    try:
-        import pynvml
-    except ImportError as exc:  # pragma: no cover - a dependency of the package
-        raise BackendUnavailable("the nvidia-ml-py package (pynvml) is not installed") from exc
-    try:
-        pynvml.nvmlInit()
-    except pynvml.NVMLError_LibraryNotFound as exc:
-        raise BackendUnavailable("no NVIDIA driver found (libnvidia-ml.so.1 is not installed)") from exc
-    except pynvml.NVMLError_DriverNotLoaded as exc:
-        raise BackendUnavailable("the NVIDIA kernel driver is not loaded") from exc
-    except pynvml.NVMLError_NoPermission as exc:
-        raise BackendUnavailable("no permission to open the NVIDIA devices (/dev/nvidia*)") from exc
-    except pynvml.NVMLError as exc:
-        raise BackendUnavailable(f"NVML failed to start: {exc}") from exc
-    module: ModuleType = pynvml
-    return module
 
 
 class NvmlBackend:

@@ -220,9 +220,24 @@ CASES: list[tuple[str, tuple[str, ...], int, str]] = [
     ("cwd-empty", ("queue", "add", "--cwd", "", "--", "true"), USAGE, "the working directory (--cwd) is empty"),
     ("cwd-a-file", ("queue", "add", "--cwd", "{files}/good", "--", "true"), USAGE, "good is not a directory"),
     ("gpus-0-with-gpu-mem", ("queue", "add", "--gpus", "0", "--gpu-mem", "1G", "--", "true"), USAGE, "--gpus 0"),
-    ("add-gpu-no-nvml", ("queue", "add", "--gpu", "0", "--", "true"), NO_GPU, "NVML"),
-    ("add-gpu-mem-no-nvml", ("queue", "add", "--gpu-mem", "1G", "--", "true"), NO_GPU, "NVML"),
-    ("add-gpus-2-no-nvml", ("queue", "add", "--gpus", "2", "--", "true"), NO_GPU, "NVML"),
+    (
+        "add-gpu-no-nvml",
+        ("queue", "add", "--gpu", "0", "--", "true"),
+        NO_GPU,
+        "this job asks for GPUs, but NVML cannot start: ",
+    ),
+    (
+        "add-gpu-mem-no-nvml",
+        ("queue", "add", "--gpu-mem", "1G", "--", "true"),
+        NO_GPU,
+        "this job asks for GPUs, but NVML cannot start: ",
+    ),
+    (
+        "add-gpus-2-no-nvml",
+        ("queue", "add", "--gpus", "2", "--", "true"),
+        NO_GPU,
+        "this job asks for GPUs, but NVML cannot start: ",
+    ),
     # queue add: what Typer itself rejects
     ("gpus-not-a-number", ("queue", "add", "--gpus", "abc", "--", "true"), USAGE, "'abc' is not a valid int"),
     ("priority-not-a-number", ("queue", "add", "--priority", "high", "--", "true"), USAGE, "'high' is not a valid int"),
