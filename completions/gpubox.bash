@@ -70,7 +70,11 @@ _gpubox() {
                 esac ;;
             "gpubox daemon")
                 case "$word" in
-                status | stop) path+=" $word" ;;
+                status | start | stop) path+=" $word" ;;
+                esac ;;
+            "gpubox daemon start")
+                case "$word" in
+                --timeout) skip=1 ;;
                 esac ;;
             "gpubox daemon stop")
                 case "$word" in
@@ -209,10 +213,16 @@ _gpubox() {
             arg_kind=none
             ;;
         "gpubox daemon")
-            words='-h --help status stop'
+            words='-h --help status start stop'
             ;;
         "gpubox daemon status")
             words='--json -h --help'
+            ;;
+        "gpubox daemon start")
+            case "$prev" in
+                --timeout) COMPREPLY=(); return ;;
+            esac
+            words='--timeout -h --help'
             ;;
         "gpubox daemon stop")
             case "$prev" in

@@ -79,8 +79,13 @@ function __gpubox_path --description 'The gpubox command path on the command lin
                 end
             case 'gpubox daemon'
                 switch $word
-                    case status stop
+                    case status start stop
                         set path "$path $word"
+                end
+            case 'gpubox daemon start'
+                switch $word
+                    case --timeout
+                        set skip 1
                 end
             case 'gpubox daemon stop'
                 switch $word
@@ -215,10 +220,13 @@ complete -c gpubox -n "__gpubox_at 'gpubox queue edit'" -l no-time-limit -d 'Rem
 complete -c gpubox -n "__gpubox_at 'gpubox queue edit'" -l json -d 'Print one JSON document (schema 1) instead of text.'
 complete -c gpubox -n "__gpubox_at 'gpubox queue edit'" -s h -l help -d 'Show this message and exit.'
 complete -c gpubox -n "__gpubox_at 'gpubox daemon'" -a status -d 'Say whether the daemon runs, with its pid and queue counts; exit 4 when it does not'
+complete -c gpubox -n "__gpubox_at 'gpubox daemon'" -a start -d 'Start the daemon in the background, as the first queue command that needs it does. Succeeds when one runs already'
 complete -c gpubox -n "__gpubox_at 'gpubox daemon'" -a stop -d 'Stop the daemon; running jobs keep running. Succeeds when none was running'
 complete -c gpubox -n "__gpubox_at 'gpubox daemon'" -s h -l help -d 'Show this message and exit.'
 complete -c gpubox -n "__gpubox_at 'gpubox daemon status'" -l json -d 'Print one JSON document (schema 1) instead of text.'
 complete -c gpubox -n "__gpubox_at 'gpubox daemon status'" -s h -l help -d 'Show this message and exit.'
+complete -c gpubox -n "__gpubox_at 'gpubox daemon start'" -l timeout -x -d 'Seconds to wait for it to answer.'
+complete -c gpubox -n "__gpubox_at 'gpubox daemon start'" -s h -l help -d 'Show this message and exit.'
 complete -c gpubox -n "__gpubox_at 'gpubox daemon stop'" -l timeout -x -d 'Seconds to wait for it to exit.'
 complete -c gpubox -n "__gpubox_at 'gpubox daemon stop'" -s h -l help -d 'Show this message and exit.'
 complete -c gpubox -n "__gpubox_at 'gpubox doctor'" -a loader -d 'Measure a DataLoader: its batches per second alone, with the copy to the GPU, against the step\'s rate; sweep num_workers, pin_memory, prefetch_factor and persistent_workers within a time budget; say whether the job is input-bound, the best setting found, and the most that fixing the input can speed it up (1/(1-f), f the share of time the step waits for data)'

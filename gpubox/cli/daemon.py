@@ -13,8 +13,8 @@ from gpubox.exit_codes import ExitCode, GpuboxError
 
 app = typer.Typer(
     help="The queue daemon: starts jobs as GPUs free up (clients start it when it is not running).\n\n"
-    "`gpubox daemon` alone runs it in the foreground, as systemd does; the first queue command that needs it "
-    "starts it in the background.",
+    "`gpubox daemon` alone runs it in the foreground, as systemd does; `gpubox daemon start`, or the first queue "
+    "command that needs it, starts it in the background.",
     invoke_without_command=True,
     rich_markup_mode=None,
 )
@@ -68,7 +68,8 @@ def status(as_json: JSON = False) -> None:
     except Unreachable as exc:
         holder = lock_holder(paths)
         if holder is None:
-            why, message = str(exc), f"the daemon is not running: {exc}"
+            why = str(exc)
+            message = f"the daemon is not running (gpubox daemon start starts it): {exc}"
         else:  # it runs, but not where this client looks for its socket
             why = message = (
                 f"a daemon (pid {holder}) holds {paths.state_dir} but does not answer on {socket_path(paths)}:"
@@ -94,6 +95,64 @@ def status(as_json: JSON = False) -> None:
     )
 
 
+@app.command("start")
+def start(
+    timeout: Annotated[float, typer.Option("--timeout", help="Seconds to wait for it to answer.")] = 10.0,
+) -> None:
+    """Start the daemon in the background, as the first queue command that needs it does.
+    Succeeds when one runs already."""
+    from gpubox.cli.settings import settings_paths
+    from gpubox.queue.client import start_daemon
+    from gpubox.queue.layout import DAEMON_LOG, lock_holder
+    from gpubox.queue.proctree import is_alive
+    from gpubox.queue.wire import Unreachable
+
+    _check_timeout(timeout)
+    paths = settings_paths()
+    try:
+        info = _ask_status(paths)
+        sys.stdout.write(f"the daemon runs already (pid {info.get('pid')})\n")
+        return
+    except Unreachable:
+        if lock_holder(paths) is not None:
+            raise GpuboxError("the daemon holds its lock but does not answer", ExitCode.DAEMON_UNREACHABLE) from None
+    try:
+        pid = start_daemon(paths)  # None: another command is starting one right now
+    except OSError as exc:
+        why = exc.strerror or str(exc)
+        raise GpuboxError(f"could not start the daemon: {why}", ExitCode.FAILED) from None
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            info = _ask_status(paths)
+            break
+        except Unreachable:
+            gone = pid is not None and not is_alive(pid, None) and lock_holder(paths) is None
+            if gone or time.monotonic() > deadline:
+                said = _last_line(paths.state_dir / DAEMON_LOG)
+                what = "stopped at once" if gone else f"did not answer within {timeout:g}s"
+                raise GpuboxError(
+                    f"the daemon {what}" + (f": {said}" if said else f" (see {paths.state_dir / DAEMON_LOG})"),
+                    ExitCode.FAILED,
+                ) from None
+            time.sleep(0.05)
+    sys.stdout.write(f"started the daemon (pid {info.get('pid')})\n")
+
+
+def _last_line(path: Any) -> str:
+    """The last line a daemon wrote to its log, without its prefix; empty when there is none."""
+    try:
+        lines = [line for line in path.read_text(errors="replace").splitlines() if line.strip()]
+    except OSError:
+        return ""
+    return lines[-1].removeprefix("gpubox daemon: ").removeprefix("gpubox: ") if lines else ""
+
+
+def _check_timeout(timeout: float) -> None:
+    if not (timeout > 0 and math.isfinite(timeout)):
+        raise GpuboxError(f"invalid --timeout {timeout:g}: expected a number of seconds above 0", ExitCode.USAGE)
+
+
 @app.command("stop")
 def stop(
     timeout: Annotated[float, typer.Option("--timeout", help="Seconds to wait for it to exit.")] = 10.0,
@@ -103,8 +162,7 @@ def stop(
     from gpubox.queue.layout import lock_holder, socket_path
     from gpubox.queue.wire import Unreachable, ask
 
-    if not (timeout > 0 and math.isfinite(timeout)):
-        raise GpuboxError(f"invalid --timeout {timeout:g}: expected a number of seconds above 0", ExitCode.USAGE)
+    _check_timeout(timeout)
     paths = settings_paths()
     try:
         answer = ask(socket_path(paths), "stop", timeout=3.0)

@@ -7,7 +7,7 @@ from typing import Any
 
 from gpubox.queue.jobs import Attempt, Job
 
-DAEMON_DOWN = "the daemon is not running (gpubox daemon status)"
+DAEMON_DOWN = "the daemon is not running (gpubox daemon start)"
 
 
 def gpu_request(job: Job, gpu_index: Mapping[str, int]) -> str:

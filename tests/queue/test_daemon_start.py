@@ -1,0 +1,52 @@
+"""`gpubox daemon start`: the daemon in the background, as the first queue command that needs it
+starts it (pueue's `pueued -d`), for a box where nothing else starts it and no job is to be added."""
+
+from __future__ import annotations
+
+import random
+
+from tests.queue.conftest import QueueBox
+
+
+def test_start_starts_one_daemon_and_says_so_when_one_runs(queue: QueueBox) -> None:
+    try:
+        first = queue("daemon", "start", timeout=60)
+        assert first.returncode == 0, first.stderr
+        pid = queue.daemon_pid()
+        assert pid is not None and first.stdout == f"started the daemon (pid {pid})\n"
+        assert queue("daemon", "status").returncode == 0  # it answers once start returns
+        again = queue("daemon", "start", timeout=60)
+        assert (again.returncode, again.stdout, again.stderr) == (0, f"the daemon runs already (pid {pid})\n", "")
+        assert queue.daemon_pid() == pid
+    finally:
+        queue("daemon", "stop")
+
+
+def test_a_daemon_that_stops_at_once_is_reported_with_what_it_said(queue: QueueBox) -> None:
+    queue.state_dir.mkdir(parents=True)
+    queue.db.write_bytes(random.Random(5).randbytes(8192))
+    result = queue("daemon", "start", timeout=60)
+    assert result.returncode == 1 and result.stdout == ""
+    [line] = result.stderr.splitlines()
+    assert line.startswith("gpubox: the daemon stopped at once: the job database") and "corrupt" in line, line
+    assert queue.daemon_pid() is None
+
+
+def test_bad_input_starts_nothing(queue: QueueBox) -> None:
+    for args, env, said in [
+        (("--timeout", "0"), {}, "invalid --timeout 0"),
+        ((), {"GPUBOX_QUEUE_MAX_CPU_JOBS": "-1"}, "queue.max_cpu_jobs: must be a whole number"),
+    ]:
+        result = queue("daemon", "start", *args, env=env, timeout=60)
+        assert result.returncode == 2 and said in result.stderr and len(result.stderr.splitlines()) == 1
+        assert queue.daemon_pid() is None
+
+
+def test_a_queued_job_with_no_daemon_says_how_to_start_one(queue: QueueBox) -> None:
+    assert queue("queue", "pause").returncode == 0  # the job stays queued
+    added = queue("queue", "add", "--gpus", "0", "--", "true")
+    assert added.returncode == 0, added.stderr
+    assert queue("daemon", "stop").returncode == 0
+    listed = queue("queue", "ls")
+    [row] = listed.stdout.splitlines()[1:]
+    assert row.startswith(added.stdout.strip()) and row.endswith("the daemon is not running (gpubox daemon start)")
