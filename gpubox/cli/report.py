@@ -93,7 +93,7 @@ def report(
     Whole hours that overlap the window count for job, kind, tag and user; by gpu, a minute the
     window cuts counts for its part inside the window.
 
-    Exit codes: 0 ok, 1 no ledger yet or it cannot be read, 2 bad input.
+    Exit codes: 0 ok, 1 no ledger yet or it cannot be read, 2 bad input, 3 no ledger and no NVML.
     """
     try:
         if as_json and as_csv:
@@ -184,6 +184,13 @@ def open_ledger() -> LedgerStore:
 
     path = ledger_path()
     if not path.exists():
+        from gpubox.telemetry.backend import BackendUnavailable
+        from gpubox.telemetry.nvml_load import load_nvml
+
+        try:
+            load_nvml()
+        except BackendUnavailable as exc:  # the daemon runs, maybe, but has no GPU to record
+            raise GpuboxError(f"no GPU use recorded: NVML cannot start here ({exc})", ExitCode.NO_GPU) from None
         raise GpuboxError(NO_LEDGER, ExitCode.FAILED)
     try:
         return LedgerStore(path, create=False)

@@ -3,7 +3,9 @@ is one line and exit 1 (with --json, an envelope whose data is null); neither is
 
 from __future__ import annotations
 
+import dataclasses
 import json
+from pathlib import Path
 
 import pytest
 
@@ -66,14 +68,36 @@ def test_bad_input_with_json_still_gets_an_envelope(recorded: Box) -> None:
     assert doc["errors"] == ["--by must be one of gpu, job, kind, tag, user, not 'team'"]
 
 
-def test_no_ledger_yet_is_one_line_and_exit_1(box: Box) -> None:
-    assert one_line_error(box.report(), 1) == f"gpubox: {NO_LEDGER}"
-    assert one_line_error(box.report("--csv"), 1) == f"gpubox: {NO_LEDGER}"
+@pytest.fixture
+def gpus(tmp_path: Path) -> dict[str, str]:
+    """An environment in which NVML answers, with one GPU (the fake NVML)."""
+    from tests.fake_nvml import scenarios
+    from tests.fake_nvml.build import fake_nvml_env
+
+    box = scenarios.hopper(gpus=1, processes=0)
+    return fake_nvml_env(box.write(tmp_path / "box.txt"), box.library_variant, base={})
+
+
+def test_no_ledger_yet_is_one_line_and_exit_1(box: Box, gpus: dict[str, str]) -> None:
+    assert one_line_error(box.report(env=gpus), 1) == f"gpubox: {NO_LEDGER}"
+    assert one_line_error(box.report("--csv", env=gpus), 1) == f"gpubox: {NO_LEDGER}"
     assert not (box.state_dir / "ledger.db").exists()  # a report never creates the ledger
 
 
-def test_no_ledger_yet_with_json_is_an_envelope_with_null_data(box: Box) -> None:
-    result = box.report("--json")
+def test_no_ledger_on_a_box_where_nvml_cannot_start_says_so(box: Box, tmp_path: Path) -> None:
+    """Not "the daemon records it while it runs": it runs, and has no GPU to record."""
+    from tests.fake_nvml import scenarios
+    from tests.fake_nvml.build import fake_nvml_env
+
+    unloaded = dataclasses.replace(scenarios.hopper(gpus=1, processes=0), init_error="driver_not_loaded")
+    broken = fake_nvml_env(unloaded.write(tmp_path / "unloaded.txt"), unloaded.library_variant, base={})
+    line = one_line_error(box.report(env=broken), 3)
+    assert line == "gpubox: no GPU use recorded: NVML cannot start here (the NVIDIA kernel driver is not loaded)"
+    assert not (box.state_dir / "ledger.db").exists()
+
+
+def test_no_ledger_yet_with_json_is_an_envelope_with_null_data(box: Box, gpus: dict[str, str]) -> None:
+    result = box.report("--json", env=gpus)
     assert result.returncode == 1
     doc = json.loads(result.stdout)
     assert (doc["schema"], doc["command"], doc["ok"], doc["exit_code"], doc["data"]) == (1, "report", False, 1, None)
