@@ -19,8 +19,9 @@ H = 3600
 
 
 def queue_jobs(box: Box, count: int) -> None:
-    """`count` jobs in the box's queue, each started once and succeeded (ids 1..count)."""
-    store = JobStore(box.state_dir / "queue.db")
+    """`count` jobs in the box's queue, each started once and succeeded (ids 1..count), in the
+    ledger's time: it has caught up with their ends."""
+    store = JobStore(box.state_dir / "queue.db", clock=lambda: T0)
     try:
         for _ in range(count):
             job = store.add(JobSpec(argv=("python", "train.py"), kind="train", gpus=0))
