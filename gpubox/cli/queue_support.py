@@ -186,8 +186,9 @@ def add_jobs(command: Sequence[str] | None, opts: AddOptions, file: Path | None,
 
 def _store_jobs(command: Sequence[str] | None, opts: AddOptions, file: Path | None) -> tuple[list[Job], Paths, bool]:
     """The jobs of `queue add`, stored; the paths; whether a daemon was started for them."""
-    from gpubox.queue.client import start_daemon_early
+    from gpubox.queue.client import check_daemon_start, start_daemon_early
     from gpubox.queue.jobs import KINDS, check_spec
+    from gpubox.queue.layout import lock_holder
     from gpubox.queue.submit import GpuLookup, build_spec, parse_job_file
 
     try:
@@ -224,6 +225,8 @@ def _store_jobs(command: Sequence[str] | None, opts: AddOptions, file: Path | No
             # stored, gets ready while they are written. Not for jobs with dependencies, which
             # the check below (a read of the database) may still refuse.
             started = not any(spec.after for spec in specs) and start_daemon_early(paths)
+            if not started and lock_holder(paths) is None:
+                check_daemon_start(paths)  # one that would stop on its settings: refused before anything is stored
             if file is not None:  # name the line of a dependency that does not exist
                 for (number, _, _), spec in zip(entries, specs, strict=True):
                     for dep in spec.after:

@@ -41,21 +41,28 @@ def open_store(paths: Paths) -> JobStore:
         raise GpuboxError(str(exc), ExitCode.FAILED) from None
 
 
+def check_daemon_start(paths: Paths, env: Mapping[str, str] | None = None) -> Paths:
+    """What a daemon started now would stop on, as GpuboxError (exit 2): bad settings, a socket
+    no daemon could listen on. Its folders, absolute (it works from /, so a setting relative to
+    this client's directory goes to it resolved)."""
+    from gpubox.config import load_config
+
+    whole = absolute(paths)
+    load_config(env=dict(os.environ if env is None else env), paths=whole)  # as gpubox/cli/daemon_run.py reads them
+    problem = socket_problem(whole)
+    if problem is not None:
+        raise GpuboxError(problem, ExitCode.USAGE)
+    return whole
+
+
 def start_daemon(paths: Paths, env: Mapping[str, str] | None = None) -> int | None:
     """Start `gpubox daemon` in the background, in its own session, logging to the state dir; its
     pid, or None when another client is starting one right now (or one runs already).
     GpuboxError (exit 2) when its settings are bad: it would only say so in its log and exit."""
     import subprocess
 
-    from gpubox.config import load_config
-
     daemon_env = dict(os.environ if env is None else env)
-    # It works from /: a setting relative to this client's directory goes to it resolved.
-    whole = absolute(paths)
-    load_config(env=daemon_env, paths=whole)  # as the daemon reads them (gpubox/cli/daemon_run.py)
-    problem = socket_problem(whole)
-    if problem is not None:
-        raise GpuboxError(problem, ExitCode.USAGE)
+    whole = check_daemon_start(paths, daemon_env)
     ensure_private_dir(paths.state_dir)
     starting = os.open(paths.state_dir / STARTING_NAME, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
     try:

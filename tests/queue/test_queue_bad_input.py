@@ -539,6 +539,19 @@ def test_daemon_refuses_a_bad_setting(queue: QueueBox, variable: str, value: str
     assert queue.daemon_pid() is None
 
 
+@pytest.mark.parametrize("after", [False, True], ids=["plain", "with-after"])
+def test_a_job_no_daemon_could_run_is_not_stored(queue: QueueBox, after: bool) -> None:
+    """With no daemon running, `queue add` would start one that stops on its settings: the job
+    is refused before it is stored (also with --after, whose check reads the database first)."""
+    _seed_in_process(queue)
+    before = snapshot(queue.db)
+    dependency = ("--after", "1") if after else ()
+    result = queue("queue", "add", "--gpus", "0", *dependency, "--", "true", env={"GPUBOX_QUEUE_MAX_CPU_JOBS": "-1"})
+    assert_one_error_line(result, USAGE, "GPUBOX_QUEUE_MAX_CPU_JOBS")
+    assert snapshot(queue.db) == before
+    assert queue.daemon_pid() is None
+
+
 def test_daemon_refuses_a_bad_config_file(queue: QueueBox) -> None:
     _seed_in_process(queue)
     config = Path(queue.env["GPUBOX_SYSTEM_CONFIG"])
