@@ -15,16 +15,27 @@ from gpubox import __version__
 
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else list(argv)
-    if args in (["--version"], ["-V"]):
-        from gpubox.cli.plain import written
-
-        return written(_print_version) or 0
     if args == ["daemon"]:
         from gpubox.cli.daemon_run import run_daemon_plain
 
-        return run_daemon_plain()
+        return run_daemon_plain()  # its signals are its own (gpubox/queue/daemon.py)
+    import signal
+
+    from gpubox.cli.plain import ReaderLeft, on_sigpipe, reader_left
+
+    signal.signal(signal.SIGPIPE, on_sigpipe)  # Python ignores it, and so misses a write cut short
+    try:
+        return _command(args)
+    except (BrokenPipeError, ReaderLeft):  # stderr's reader, say, gone while an error was said
+        return reader_left()
+
+
+def _command(args: list[str]) -> int:
+    from gpubox.cli.plain import written
+
+    if args in (["--version"], ["-V"]):
+        return written(_print_version) or 0
     if args[:2] == ["queue", "add"]:
-        from gpubox.cli.plain import written
         from gpubox.cli.queue_add_fast import run_fast
 
         code = written(lambda: run_fast(args[2:]))  # ids that cannot be written: the jobs are stored

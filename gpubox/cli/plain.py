@@ -9,6 +9,12 @@ from collections.abc import Callable
 from gpubox.exit_codes import ExitCode, GpuboxError
 
 
+class ReaderLeft(BaseException):
+    """The output's reader went away. Raised from a signal handler, which may run anywhere, so a
+    BaseException, as KeyboardInterrupt is: no `except OSError` or `except Exception` (Typer's,
+    which would exit 1, or a command's) takes it for a failure of its own."""
+
+
 def run_plain(command: Callable[[], int]) -> int:
     try:
         return command()
@@ -20,30 +26,63 @@ def run_plain(command: Callable[[], int]) -> int:
     except KeyboardInterrupt:
         sys.stderr.write("gpubox: interrupted\n")
         return int(ExitCode.INTERRUPTED)
-    except BrokenPipeError:
-        return int(ExitCode.OK)  # output piped into `head`, say: not an error
+    except (BrokenPipeError, ReaderLeft):
+        return reader_left()
+
+
+def _discard_output() -> None:
+    """Point stdout at /dev/null: what is still buffered there would fail again when Python
+    flushes it on the way out, and say so on stderr."""
+    import os
+    from contextlib import suppress
+
+    with suppress(OSError, ValueError):
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+
+
+def reader_left() -> int:
+    """The reader of the output went away (`| head` read what it wanted): nothing more is said,
+    and the exit status is what a shell reports for a tool that SIGPIPE ended."""
+    _discard_output()
+    return int(ExitCode.READER_LEFT)
+
+
+def on_sigpipe(signum: int, frame: object) -> None:
+    """SIGPIPE, for a write the reader's leaving cut short: the write returns part of its count,
+    and Python's text layer drops the rest without a word. This signal is the only sign of it;
+    one from a socket to the daemon is that code's own business (it gets EPIPE)."""
+    if _output_unread():
+        raise ReaderLeft
+
+
+def _output_unread() -> bool:
+    """Whether stdout is a pipe or socket that no one reads any more."""
+    import select
+
+    try:
+        poll = select.poll()
+        poll.register(sys.stdout.fileno(), 0)  # POLLERR and POLLHUP are reported unasked
+        return any(events & (select.POLLERR | select.POLLHUP) for _, events in poll.poll(0))
+    except (OSError, ValueError):
+        return False
 
 
 def output_failed(exc: OSError) -> int:
     """Output that could not be written (a full disk, say): one line, and nothing more tried on
     stdout, which Python would otherwise flush again on the way out."""
-    import os
-    from contextlib import suppress
-
     sys.stderr.write(f"gpubox: cannot write the output: {exc.strerror or exc}\n")
-    with suppress(OSError, ValueError):
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    _discard_output()
     return int(ExitCode.FAILED)
 
 
 def written(command: Callable[[], int | None]) -> int | None:
-    """`command`, its output flushed: a failed write is one line and exit 1 (a closed pipe, as
-    `| head` closes it, is no error)."""
+    """`command`, its output flushed: a failed write is one line and exit 1, a closed pipe no
+    line and exit 141 (reader_left)."""
     try:
         code = command()
         sys.stdout.flush()
-    except BrokenPipeError:
-        return int(ExitCode.OK)
+    except (BrokenPipeError, ReaderLeft):
+        return reader_left()
     except OSError as exc:
         return output_failed(exc)
     return code
