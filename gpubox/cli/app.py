@@ -106,7 +106,9 @@ def run(argv: list[str]) -> int:
     except GpuboxError as exc:
         sys.stderr.write(f"gpubox: {one_line(exc.message)}\n")
         return int(exc.code)
-    except (typer.Abort, KeyboardInterrupt):
+    except KeyboardInterrupt:
+        return int(ExitCode.INTERRUPTED)  # nothing said: the terminal shows ^C
+    except typer.Abort:
         sys.stderr.write("gpubox: interrupted\n")
         return int(ExitCode.INTERRUPTED)
     except click.ClickException as exc:

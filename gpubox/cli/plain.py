@@ -24,8 +24,7 @@ def run_plain(command: Callable[[], int]) -> int:
         sys.stderr.write(f"gpubox: {one_line(exc.message)}\n")
         return int(exc.code)
     except KeyboardInterrupt:
-        sys.stderr.write("gpubox: interrupted\n")
-        return int(ExitCode.INTERRUPTED)
+        return int(ExitCode.INTERRUPTED)  # nothing said: the terminal shows ^C
     except (BrokenPipeError, ReaderLeft):
         return reader_left()
 
@@ -45,6 +44,43 @@ def reader_left() -> int:
     and the exit status is what a shell reports for a tool that SIGPIPE ended."""
     _discard_output()
     return int(ExitCode.READER_LEFT)
+
+
+def catch_interrupts() -> None:
+    """Ctrl-C from now on: the command unwinds (KeyboardInterrupt, so its cleanup runs) and ends
+    with 130. A second one, while it unwinds, ends it at once."""
+    import signal
+
+    signal.signal(signal.SIGINT, _on_sigint)
+    sys.unraisablehook = _interrupted_in_callback(sys.unraisablehook)
+
+
+def _on_sigint(signum: int, frame: object) -> None:
+    import signal
+
+    signal.signal(signal.SIGINT, exit_interrupted)
+    raise KeyboardInterrupt
+
+
+def exit_interrupted(signum: int = 0, frame: object = None) -> None:
+    import os
+
+    os._exit(int(ExitCode.INTERRUPTED))
+
+
+def _interrupted_in_callback(
+    previous: Callable[[sys.UnraisableHookArgs], object],
+) -> Callable[[sys.UnraisableHookArgs], object]:
+    """A KeyboardInterrupt raised where Python cannot pass it on (a weakref callback in the
+    import machinery, __del__, Python's wait for threads at exit) would be printed as "Exception
+    ignored", with a traceback, and the command would go on: it ends the command instead."""
+
+    def hook(unraisable: sys.UnraisableHookArgs) -> object:
+        if isinstance(unraisable.exc_value, KeyboardInterrupt):
+            exit_interrupted()
+        return previous(unraisable)
+
+    return hook
 
 
 def on_sigpipe(signum: int, frame: object) -> None:
