@@ -12,6 +12,7 @@ class ExitCode(IntEnum):
     CHECK_FAILED = 5  # a doctor check failed
     TIMED_OUT = 124  # `queue wait --timeout` ran out before the jobs ended (as timeout(1) does)
     INTERRUPTED = 130
+    READER_LEFT = 141  # stdout's reader went away (`| head`): 128 + SIGPIPE, as a shell reports a tool it ended
 
 
 class GpuboxError(Exception):

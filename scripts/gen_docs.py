@@ -34,6 +34,8 @@ EXIT_HELP = {
     "DAEMON_UNREACHABLE": "The gpubox daemon could not be reached.",
     "CHECK_FAILED": "A doctor check failed.",
     "INTERRUPTED": "Interrupted (SIGINT, Ctrl-C).",
+    "READER_LEFT": "The output's reader went away (a closed pipe, as \\fBhead\\fR leaves it): 128 + SIGPIPE, as a"
+    " shell reports a tool that SIGPIPE ended. Nothing is said on stderr.",
 }
 SETTING_HELP = {
     "top.interval": "Seconds between refreshes of the live view of \\fBgpubox top\\fR.",

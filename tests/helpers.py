@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
-from collections.abc import Mapping
+import time
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -25,3 +27,57 @@ def run_gpubox(
         timeout=timeout,
         stdin=subprocess.DEVNULL,
     )
+
+
+# Modules whose import ends at moments of a command's start: main() begins; Typer is half
+# imported; the commands' modules are being imported.
+MOMENTS = ("gpubox.cli.main", "typer._click.types", "gpubox.cli.daemon")
+
+
+def interrupted(
+    args: Sequence[str],
+    env: Mapping[str, str] | None = None,
+    after_module: str | None = None,
+    after_output: bool = False,
+    after_s: float = 0.0,
+) -> tuple[int, str]:
+    """Run `gpubox ARGS` and send it SIGINT (a Ctrl-C) once `after_module` is imported, or once it
+    printed a line (`after_output`), or `after_s` seconds after it started; return its exit code
+    and stderr.
+
+    For `after_module` it runs under `python -X importtime`, which writes a line on stderr as each
+    module's import ends; those lines are left out of the stderr returned."""
+    importtime = ["-X", "importtime"] if after_module is not None else []
+    proc = subprocess.Popen(
+        [sys.executable, *importtime, "-m", "gpubox", *args],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE if after_output else subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, **(env or {})},
+    )
+    assert proc.stderr is not None
+    said: list[str] = []
+    try:
+        if after_module is not None:
+            for line in proc.stderr:
+                if not line.startswith("import time:"):
+                    said.append(line)
+                elif line.rstrip().endswith(f" {after_module}"):
+                    break
+            else:
+                raise AssertionError(f"gpubox ended before it imported {after_module}: {''.join(said)}")
+        elif after_output:
+            assert proc.stdout is not None
+            assert proc.stdout.readline(), f"gpubox printed nothing: {proc.stderr.read()}"
+        else:
+            time.sleep(after_s)
+        proc.send_signal(signal.SIGINT)
+        said += [line for line in proc.stderr if not line.startswith("import time:")]
+        return proc.wait(timeout=30), "".join(said)
+    finally:
+        proc.kill()
+        proc.wait()
+        for pipe in (proc.stdout, proc.stderr):
+            if pipe is not None:
+                pipe.close()

@@ -3,18 +3,48 @@
 from __future__ import annotations
 
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
 
 import typer
 from typer._click import exceptions as click  # typer 0.28 vendors click
+from typer._click.core import Context
+from typer.core import TyperGroup
 
 from gpubox import __version__
 from gpubox.cli import daemon, doctor, metrics, queue, report, top
 from gpubox.cli import run as run_command
-from gpubox.cli.plain import output_failed
+from gpubox.cli.plain import ReaderLeft, output_failed, reader_left
 from gpubox.exit_codes import ExitCode, GpuboxError
 from gpubox.format import one_line
 
+
+@contextmanager
+def _reader_left() -> Iterator[None]:
+    """A closed pipe carried past Typer, which would exit 1 on it."""
+    try:
+        yield
+    except BrokenPipeError as exc:
+        raise ReaderLeft from exc
+
+
+class _Root(TyperGroup):
+    """The `gpubox` group: everything that parses or runs a command, help included, runs in it."""
+
+    def make_context(
+        self, info_name: str | None, args: list[str], parent: Context | None = None, **extra: Any
+    ) -> Context:
+        with _reader_left():
+            return super().make_context(info_name, args, parent, **extra)
+
+    def invoke(self, ctx: Context) -> Any:
+        with _reader_left():
+            return super().invoke(ctx)
+
+
 app = typer.Typer(
+    cls=_Root,
     name="gpubox",
     help="See every GPU on this box, find the ones that starve, queue work onto them.",
     no_args_is_help=True,
@@ -76,14 +106,16 @@ def run(argv: list[str]) -> int:
     except GpuboxError as exc:
         sys.stderr.write(f"gpubox: {one_line(exc.message)}\n")
         return int(exc.code)
-    except (typer.Abort, KeyboardInterrupt):
+    except KeyboardInterrupt:
+        return int(ExitCode.INTERRUPTED)  # nothing said: the terminal shows ^C
+    except typer.Abort:
         sys.stderr.write("gpubox: interrupted\n")
         return int(ExitCode.INTERRUPTED)
     except click.ClickException as exc:
         sys.stderr.write(f"gpubox: {one_line(exc.format_message())}\n")
         return exc.exit_code
-    except BrokenPipeError:
-        return int(ExitCode.OK)  # `gpubox top --once | head` is not an error
+    except (ReaderLeft, BrokenPipeError):
+        return reader_left()
     except OSError as exc:
         if exc.filename is not None or exc.errno is None:
             raise  # not the output's: said where it happens, or a defect to see whole

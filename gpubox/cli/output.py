@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import os
 import sys
 from typing import Any
 
+from gpubox.cli.plain import ReaderLeft
 from gpubox.envelope import dumps, envelope
 from gpubox.exit_codes import ExitCode
 
@@ -20,9 +20,9 @@ def console(color: bool) -> Any:
 
     class _Console(Console):
         def on_broken_pipe(self) -> None:
-            # `gpubox top --once | head` read what it wanted: that is success, not an error.
+            # Rich would exit 1 here: the reader leaving ends every command alike (plain.reader_left).
             self.quiet = True
-            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            raise ReaderLeft
 
     # Piped output is read by scripts and people with wide pagers: do not squeeze it to 80.
     width = None if sys.stdout.isatty() else 240

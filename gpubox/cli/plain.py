@@ -9,6 +9,12 @@ from collections.abc import Callable
 from gpubox.exit_codes import ExitCode, GpuboxError
 
 
+class ReaderLeft(BaseException):
+    """The output's reader went away. Raised from a signal handler, which may run anywhere, so a
+    BaseException, as KeyboardInterrupt is: no `except OSError` or `except Exception` (Typer's,
+    which would exit 1, or a command's) takes it for a failure of its own."""
+
+
 def run_plain(command: Callable[[], int]) -> int:
     try:
         return command()
@@ -18,32 +24,101 @@ def run_plain(command: Callable[[], int]) -> int:
         sys.stderr.write(f"gpubox: {one_line(exc.message)}\n")
         return int(exc.code)
     except KeyboardInterrupt:
-        sys.stderr.write("gpubox: interrupted\n")
-        return int(ExitCode.INTERRUPTED)
-    except BrokenPipeError:
-        return int(ExitCode.OK)  # output piped into `head`, say: not an error
+        return int(ExitCode.INTERRUPTED)  # nothing said: the terminal shows ^C
+    except (BrokenPipeError, ReaderLeft):
+        return reader_left()
+
+
+def _discard_output() -> None:
+    """Point stdout at /dev/null: what is still buffered there would fail again when Python
+    flushes it on the way out, and say so on stderr."""
+    import os
+    from contextlib import suppress
+
+    with suppress(OSError, ValueError):
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+
+
+def reader_left() -> int:
+    """The reader of the output went away (`| head` read what it wanted): nothing more is said,
+    and the exit status is what a shell reports for a tool that SIGPIPE ended."""
+    _discard_output()
+    return int(ExitCode.READER_LEFT)
+
+
+def catch_interrupts() -> None:
+    """Ctrl-C from now on: the command unwinds (KeyboardInterrupt, so its cleanup runs) and ends
+    with 130. A second one, while it unwinds, ends it at once."""
+    import signal
+
+    signal.signal(signal.SIGINT, _on_sigint)
+    sys.unraisablehook = _interrupted_in_callback(sys.unraisablehook)
+
+
+def _on_sigint(signum: int, frame: object) -> None:
+    import signal
+
+    signal.signal(signal.SIGINT, exit_interrupted)
+    raise KeyboardInterrupt
+
+
+def exit_interrupted(signum: int = 0, frame: object = None) -> None:
+    import os
+
+    os._exit(int(ExitCode.INTERRUPTED))
+
+
+def _interrupted_in_callback(
+    previous: Callable[[sys.UnraisableHookArgs], object],
+) -> Callable[[sys.UnraisableHookArgs], object]:
+    """A KeyboardInterrupt raised where Python cannot pass it on (a weakref callback in the
+    import machinery, __del__, Python's wait for threads at exit) would be printed as "Exception
+    ignored", with a traceback, and the command would go on: it ends the command instead."""
+
+    def hook(unraisable: sys.UnraisableHookArgs) -> object:
+        if isinstance(unraisable.exc_value, KeyboardInterrupt):
+            exit_interrupted()
+        return previous(unraisable)
+
+    return hook
+
+
+def on_sigpipe(signum: int, frame: object) -> None:
+    """SIGPIPE, for a write the reader's leaving cut short: the write returns part of its count,
+    and Python's text layer drops the rest without a word. This signal is the only sign of it;
+    one from a socket to the daemon is that code's own business (it gets EPIPE)."""
+    if _output_unread():
+        raise ReaderLeft
+
+
+def _output_unread() -> bool:
+    """Whether stdout is a pipe or socket that no one reads any more."""
+    import select
+
+    try:
+        poll = select.poll()
+        poll.register(sys.stdout.fileno(), 0)  # POLLERR and POLLHUP are reported unasked
+        return any(events & (select.POLLERR | select.POLLHUP) for _, events in poll.poll(0))
+    except (OSError, ValueError):
+        return False
 
 
 def output_failed(exc: OSError) -> int:
     """Output that could not be written (a full disk, say): one line, and nothing more tried on
     stdout, which Python would otherwise flush again on the way out."""
-    import os
-    from contextlib import suppress
-
     sys.stderr.write(f"gpubox: cannot write the output: {exc.strerror or exc}\n")
-    with suppress(OSError, ValueError):
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    _discard_output()
     return int(ExitCode.FAILED)
 
 
 def written(command: Callable[[], int | None]) -> int | None:
-    """`command`, its output flushed: a failed write is one line and exit 1 (a closed pipe, as
-    `| head` closes it, is no error)."""
+    """`command`, its output flushed: a failed write is one line and exit 1, a closed pipe no
+    line and exit 141 (reader_left)."""
     try:
         code = command()
         sys.stdout.flush()
-    except BrokenPipeError:
-        return int(ExitCode.OK)
+    except (BrokenPipeError, ReaderLeft):
+        return reader_left()
     except OSError as exc:
         return output_failed(exc)
     return code

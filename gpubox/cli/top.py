@@ -11,7 +11,7 @@ from gpubox.cli.output import console, fail, print_json
 from gpubox.exit_codes import ExitCode, GpuboxError
 
 if TYPE_CHECKING:  # imported when `top` runs, so that other commands do not pay for them
-    from gpubox.telemetry.model import BoxSnapshot
+    from gpubox.telemetry.backend import TelemetryBackend
 
 ONCE_WINDOW = 0.5  # seconds of rates for --once when --interval is not given
 
@@ -92,15 +92,16 @@ def _top(
             print_json("top", None, ExitCode.NO_GPU, [str(exc)])
         fail(f"{exc}; `gpubox top --demo` shows a simulated box")
         return int(ExitCode.NO_GPU)
+    try:
+        # Checked against the GPUs as opened: a bad --gpu is refused at once, not after the
+        # sampling window of --once, nor once the live view has taken over the screen.
+        chosen = _gpus(gpu, backend) if gpu is not None else None
+    except GpuboxError:
+        backend.close()
+        raise
     if not once:
         from gpubox.tui.top_app import run_live
 
-        try:
-            if gpu is not None:  # a bad --gpu is a usage error before the screen is taken over
-                _gpus(gpu, backend.sample())
-        except GpuboxError:
-            backend.close()
-            raise
         # run_live closes the backend once no sample is running.
         interval_s, threshold = cfg.get("top.interval"), cfg.get("top.loader_wait_threshold")
         return int(run_live(backend, interval_s, gpu_filter=gpu, color=cfg.get("color"), loader_threshold=threshold))
@@ -108,8 +109,8 @@ def _top(
         snap = snapshot_over(backend, interval if interval is not None else ONCE_WINDOW)
     finally:
         backend.close()
-    if gpu is not None:
-        snap = snap.only_gpus(_gpus(gpu, snap))
+    if chosen is not None:
+        snap = snap.only_gpus(chosen)
     for notice in snap.notices:  # advice, such as how to allow stack sampling: stderr, once
         sys.stderr.write(f"gpubox: {notice}\n")
     if json_out:
@@ -121,10 +122,10 @@ def _top(
     return int(ExitCode.OK)
 
 
-def _gpus(text: str, snap: BoxSnapshot) -> frozenset[int]:
+def _gpus(text: str, backend: TelemetryBackend) -> frozenset[int]:
     from gpubox.telemetry.sources import parse_gpu_selection
 
     try:
-        return parse_gpu_selection(text, snap)
+        return parse_gpu_selection(text, backend.gpus())
     except ValueError as exc:
         raise GpuboxError(str(exc), ExitCode.USAGE) from exc

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from gpubox.telemetry.model import BoxSnapshot
+from gpubox.telemetry.model import BoxSnapshot, GpuId
 
 
 class BackendUnavailable(Exception):
@@ -13,6 +13,11 @@ class BackendUnavailable(Exception):
 
 class TelemetryBackend(Protocol):
     name: str
+
+    def gpus(self) -> tuple[GpuId, ...]:
+        """The GPUs and MIG instances that sample() reads, as opened: no figure is read, so a
+        `--gpu` choice is checked against them at once, before any sampling."""
+        ...
 
     def sample(self) -> BoxSnapshot:
         """Take one snapshot. Rates are over the time since the previous call; the first call

@@ -25,6 +25,14 @@ class Reason(StrEnum):
 
 
 @dataclass(frozen=True)
+class GpuId:
+    """A GPU or MIG instance as a backend names it when it opens, before it reads any figure."""
+
+    index: int  # NVML index; MIG instances carry their parent's index
+    uuid: str
+
+
+@dataclass(frozen=True)
 class GpuSnapshot:
     index: int  # NVML index; MIG instances carry their parent's index
     uuid: str

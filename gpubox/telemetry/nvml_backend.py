@@ -17,7 +17,7 @@ from typing import Any
 from gpubox.telemetry.backend import BackendUnavailable
 from gpubox.telemetry.host_procs import PidInfo, PidTable, host_snapshot, prime_host_cpu, signal_process
 from gpubox.telemetry.loader_wait import LoaderWait, LoaderWaitReader
-from gpubox.telemetry.model import BoxSnapshot, GpuSnapshot, ProcessSnapshot, Reason
+from gpubox.telemetry.model import BoxSnapshot, GpuId, GpuSnapshot, ProcessSnapshot, Reason
 from gpubox.telemetry.nvml_device import Caller, Device
 from gpubox.telemetry.nvml_errors import reason_for
 from gpubox.telemetry.nvml_load import load_nvml
@@ -110,6 +110,9 @@ class NvmlBackend:
                 continue  # an empty slot raises NotFound
             out.append(Device(mh, parent.index, mig_uuid, mig_name, parent.pci_bus_id, gi, parent_handle=parent.handle))
         return out
+
+    def gpus(self) -> tuple[GpuId, ...]:
+        return tuple(GpuId(dev.index, dev.uuid) for dev in self._devices)
 
     # -- sampling ----------------------------------------------------------------------------
 

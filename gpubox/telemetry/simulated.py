@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from gpubox.telemetry.model import BoxSnapshot, GpuSnapshot, HostSnapshot, ProcessSnapshot, Reason
+from gpubox.telemetry.model import BoxSnapshot, GpuId, GpuSnapshot, HostSnapshot, ProcessSnapshot, Reason
 
 GIB = 1024**3
 
@@ -98,6 +98,9 @@ class SimulatedBackend:
             job = (_FIRST_JOB_ID + n, _JOBS[n]) if n in _JOBS else None
             self._procs.append((10_000 + 17 * n, n % gpus, user, cmd, self._rng.uniform(0.5, 12) * GIB, job))
 
+    def gpus(self) -> tuple[GpuId, ...]:
+        return tuple(GpuId(i, _uuid(i)) for i in range(len(self._gpus)))
+
     def sample(self) -> BoxSnapshot:
         tick = self._tick
         self._tick += 1
@@ -155,7 +158,7 @@ class SimulatedBackend:
         power = round(model.power_limit_w * (0.2 + 0.75 * busy / 100), 1)
         return GpuSnapshot(
             index=i,
-            uuid=f"GPU-5e1a{i:04d}-0000-4000-8000-00000000{i:04d}",
+            uuid=_uuid(i),
             name=model.name,
             pci_bus_id=f"00000000:{0x18 + 0x10 * i:02X}:00.0",
             gpu_busy=busy,
@@ -189,7 +192,7 @@ class SimulatedBackend:
         return ProcessSnapshot(
             pid=pid,
             gpu_index=gpu,
-            gpu_uuid=f"GPU-5e1a{gpu:04d}-0000-4000-8000-00000000{gpu:04d}",
+            gpu_uuid=_uuid(gpu),
             kind="compute",
             user=user,
             command=cmd,
@@ -214,3 +217,7 @@ class SimulatedBackend:
 
     def close(self) -> None:
         pass
+
+
+def _uuid(gpu: int) -> str:
+    return f"GPU-5e1a{gpu:04d}-0000-4000-8000-00000000{gpu:04d}"

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 from gpubox.telemetry.backend import TelemetryBackend
-from gpubox.telemetry.model import BoxSnapshot
+from gpubox.telemetry.model import BoxSnapshot, GpuId, GpuSnapshot
 
 
 def open_backend(
@@ -37,10 +37,12 @@ def snapshot_over(backend: TelemetryBackend, window: float, sleep: Callable[[flo
     return backend.sample()
 
 
-def parse_gpu_selection(text: str, snapshot: BoxSnapshot) -> frozenset[int]:
-    """'0,2' or UUIDs (or unique UUID prefixes) to NVML indices; ValueError names the bad one."""
+def parse_gpu_selection(text: str, gpus: Iterable[GpuId | GpuSnapshot]) -> frozenset[int]:
+    """'0,2' or UUIDs (or unique UUID prefixes) of these GPUs to NVML indices; ValueError names
+    the bad one."""
+    gpus = tuple(gpus)
     chosen: set[int] = set()
-    indices = sorted({g.index for g in snapshot.gpus})
+    indices = sorted({g.index for g in gpus})
     for part in (p.strip() for p in text.split(",")):
         if not part:
             continue
@@ -50,7 +52,7 @@ def parse_gpu_selection(text: str, snapshot: BoxSnapshot) -> frozenset[int]:
                 raise ValueError(f"no GPU {part} on this box (GPUs: {have})")
             chosen.add(int(part))
             continue
-        matches = {g.index for g in snapshot.gpus if g.uuid.lower().startswith(part.lower())}
+        matches = {g.index for g in gpus if g.uuid.lower().startswith(part.lower())}
         if len(matches) != 1:
             raise ValueError(f"{part!r} names {'no' if not matches else 'more than one'} GPU")
         chosen |= matches

@@ -124,7 +124,7 @@ class TopApp(App[int]):
     def apply(self, snap: BoxSnapshot) -> None:
         if self.gpu_filter is not None and self._selection is None:
             try:
-                self._selection = parse_gpu_selection(self.gpu_filter, snap)
+                self._selection = parse_gpu_selection(self.gpu_filter, snap.gpus)
             except ValueError as exc:
                 self.usage_error = str(exc)
                 self.poller.pause()

@@ -1,0 +1,64 @@
+"""Ctrl-C (SIGINT) ends every command with exit 130 and nothing on stderr, whenever it comes:
+while Python imports Typer and the command's modules (most of a short command's time) as much
+as while the command waits. Real processes, real signals (tests.helpers.interrupted); the queue's commands in
+tests/queue/test_queue_interrupt.py."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from gpubox.exit_codes import ExitCode
+from tests.helpers import MOMENTS, interrupted
+
+
+@pytest.mark.parametrize("moment", MOMENTS)
+def test_ctrl_c_while_the_command_starts(moment: str) -> None:
+    code, stderr = interrupted(["top", "--once", "--demo", "--interval", "30"], after_module=moment)
+    assert "Traceback" not in stderr, stderr
+    assert (code, stderr) == (ExitCode.INTERRUPTED, "")
+
+
+@pytest.mark.parametrize("moment", MOMENTS)
+def test_ctrl_c_while_a_help_starts(moment: str) -> None:
+    """A help is printed a moment after its modules are imported: the Ctrl-C ends it, or comes
+    too late to (exit 0); never a traceback."""
+    code, stderr = interrupted(["report", "--help"], after_module=moment)
+    assert stderr == "" and code in (ExitCode.INTERRUPTED, ExitCode.OK), (code, stderr)
+
+
+def test_ctrl_c_while_top_once_samples_over_its_interval() -> None:
+    """The interval's wait: the snapshot's first sample is taken, the second is 30 s away."""
+    code, stderr = interrupted(["top", "--once", "--demo", "--interval", "30"], after_s=1.5)
+    assert (code, stderr) == (ExitCode.INTERRUPTED, "")
+
+
+def test_ctrl_c_while_a_json_top_waits() -> None:
+    code, stderr = interrupted(["top", "--json", "--demo", "--interval", "30"], after_s=1.5)
+    assert (code, stderr) == (ExitCode.INTERRUPTED, "")
+
+
+def test_ctrl_c_before_the_version_is_printed() -> None:
+    """`--version` answers before Typer: a Ctrl-C as main() begins ends it the same way, or comes
+    too late to (exit 0)."""
+    code, stderr = interrupted(["--version"], after_module="gpubox.cli.main")
+    assert stderr == "" and code in (ExitCode.INTERRUPTED, ExitCode.OK)
+
+
+def test_a_ctrl_c_that_python_cannot_raise_still_ends_the_command(tmp_path: Path) -> None:
+    """Python prints "Exception ignored" and a traceback for a KeyboardInterrupt raised in a
+    callback (a weakref callback of the import machinery, a __del__), and goes on."""
+    code = (
+        "from gpubox.cli import plain\n"
+        "plain.catch_interrupts()\n"
+        "class Callback:\n"
+        "    def __del__(self):\n"
+        "        raise KeyboardInterrupt\n"
+        "Callback()\n"
+        "print('went on')\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert (result.returncode, result.stdout, result.stderr) == (ExitCode.INTERRUPTED, "", "")
