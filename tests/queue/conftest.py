@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from gpubox.paths import Paths, resolve_paths
 from gpubox.queue import proctree
 from gpubox.queue.store import JobStore
 from tests.helpers import run_gpubox
@@ -153,6 +154,25 @@ class Clock:
 
     def __call__(self) -> float:
         return self.now
+
+
+class NoGpus:
+    """The daemon's GPU source on a box without GPUs, for a daemon run in the test's process."""
+
+    def read(self) -> list[object]:
+        return []
+
+    def close(self) -> None:
+        pass
+
+
+@pytest.fixture
+def paths(tmp_path: Path) -> Paths:
+    """Private folders for a daemon run in the test's process."""
+    base = tmp_path / "box"
+    return resolve_paths(
+        {"HOME": str(base), "GPUBOX_STATE_DIR": str(base / "state"), "GPUBOX_RUNTIME_DIR": str(base / "run")}
+    )
 
 
 @pytest.fixture

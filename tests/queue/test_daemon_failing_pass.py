@@ -4,34 +4,16 @@ the disk with the same line every few seconds."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
-
 import pytest
 
-from gpubox.paths import Paths, resolve_paths
+from gpubox.paths import Paths
 from gpubox.queue import daemon as daemon_module
 from gpubox.queue.daemon import Daemon
 from gpubox.queue.schedule import QueueConfig
 from gpubox.queue.store import StoreError
+from tests.queue.conftest import NoGpus
 
 DAMAGED = StoreError("the job database x is damaged (database disk image is malformed)")
-
-
-class NoGpus:
-    def read(self) -> list[object]:
-        return []
-
-    def close(self) -> None:
-        pass
-
-
-@pytest.fixture
-def paths(tmp_path: Path) -> Iterator[Paths]:
-    base = tmp_path / "box"
-    yield resolve_paths(
-        {"HOME": str(base), "GPUBOX_STATE_DIR": str(base / "state"), "GPUBOX_RUNTIME_DIR": str(base / "run")}
-    )
 
 
 def run_failing(paths: Paths, failures: list[Exception]) -> list[str]:

@@ -26,7 +26,7 @@ from gpubox.queue.layout import db_path
 from gpubox.queue.schedule import QueueConfig
 from gpubox.queue.store import JobSpec, JobStore
 from gpubox.queue.submit import AddOptions
-from tests.queue.conftest import QueueBox, wait_until
+from tests.queue.conftest import NoGpus, QueueBox, wait_until
 
 HANG = 60.0
 
@@ -250,14 +250,6 @@ def test_clients_that_find_no_daemon_at_once_start_one_between_them(queue: Queue
 
 
 # The ledger's sampler
-
-
-class NoGpus:
-    def read(self) -> list[object]:
-        return []
-
-    def close(self) -> None:
-        pass
 
 
 class Sampler:

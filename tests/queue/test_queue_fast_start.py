@@ -11,36 +11,20 @@ import sqlite3
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
-from gpubox.paths import Paths, resolve_paths
+from gpubox.paths import Paths
 from gpubox.queue.daemon import Daemon
 from gpubox.queue.layout import socket_path
 from gpubox.queue.schedule import QueueConfig
 from gpubox.queue.store import JobSpec, JobStore
 from gpubox.queue.wire import poke
-from tests.queue.conftest import QueueBox, wait_until
+from tests.queue.conftest import NoGpus, QueueBox, wait_until
 
 HANG = 60.0
-
-
-class NoGpus:
-    def read(self) -> list[object]:
-        return []
-
-    def close(self) -> None:
-        pass
-
-
-@pytest.fixture
-def paths(tmp_path: Path) -> Iterator[Paths]:
-    base = tmp_path / "box"
-    yield resolve_paths(
-        {"HOME": str(base), "GPUBOX_STATE_DIR": str(base / "state"), "GPUBOX_RUNTIME_DIR": str(base / "run")}
-    )
 
 
 def run_daemon(
