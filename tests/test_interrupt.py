@@ -1,7 +1,7 @@
 """Ctrl-C (SIGINT) ends every command with exit 130 and nothing on stderr, whenever it comes:
 while Python imports Typer and the command's modules (most of a short command's time) as much
-as while the command waits. Real processes, real signals (tests.helpers.interrupted); the queue's commands in
-tests/queue/test_queue_interrupt.py."""
+as while the command waits. Real processes, real signals (`interrupted`); the queue's commands
+in tests/queue/test_queue_interrupt.py."""
 
 from __future__ import annotations
 

@@ -1,5 +1,7 @@
-"""Commands run without Typer (a plain `queue add`, a plain `daemon`): their errors said as the
-full command line says them (gpubox/cli/app.py), in one line with the exit code."""
+"""How a command ends, with Typer or without (a plain `queue add`, a plain `daemon`): an error in
+one line with its exit code, as the full command line says it (gpubox/cli/app.py); output that
+cannot be written; a reader that went away (exit 141); Ctrl-C (exit 130). Nothing here imports
+Typer."""
 
 from __future__ import annotations
 
@@ -87,11 +89,11 @@ def on_sigpipe(signum: int, frame: object) -> None:
     """SIGPIPE, for a write the reader's leaving cut short: the write returns part of its count,
     and Python's text layer drops the rest without a word. This signal is the only sign of it;
     one from a socket to the daemon is that code's own business (it gets EPIPE)."""
-    if _output_unread():
+    if output_unread():
         raise ReaderLeft
 
 
-def _output_unread() -> bool:
+def output_unread() -> bool:
     """Whether stdout is a pipe or socket that no one reads any more."""
     import select
 

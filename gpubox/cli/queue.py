@@ -177,6 +177,7 @@ def logs(
     attempt: Annotated[int | None, typer.Option("--attempt", help="This attempt (default: the latest).")] = None,
 ) -> None:
     """Print a job's output (the latest attempt's, unless --attempt)."""
+    from gpubox.cli.plain import ReaderLeft, output_unread
     from gpubox.queue.client import attempt_log
     from gpubox.queue.client import follow as follow_log
     from gpubox.queue.jobs import END_STATES
@@ -217,6 +218,8 @@ def logs(
         keep = keep_daemon(paths)
 
         def ended() -> bool:
+            if output_unread():  # as tail -f: a reader gone is noticed while the job is quiet too
+                raise ReaderLeft
             keep()
             latest = store.require(job_id)
             if latest.state in END_STATES:
