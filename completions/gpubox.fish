@@ -236,7 +236,7 @@ complete -c gpubox -n "__gpubox_at 'gpubox doctor'" -l python -x -d 'Benchmark w
 complete -c gpubox -n "__gpubox_at 'gpubox doctor'" -l data -r -F -d 'Also measure reads of this dataset (a file or folder).'
 complete -c gpubox -n "__gpubox_at 'gpubox doctor'" -l only -x -d 'Only these groups: driver, gpu, pcie, host, data, transfer (comma-separated).'
 complete -c gpubox -n "__gpubox_at 'gpubox doctor'" -s g -l gpu -x -d 'Benchmark these GPUs, as 0,2 (default: --quick the first, --full all).'
-complete -c gpubox -n "__gpubox_at 'gpubox doctor'" -s v -l verbose -d 'List every check, also the ones that passed.'
+complete -c gpubox -n "__gpubox_at 'gpubox doctor'" -s v -l verbose -d 'List the checks that passed too (a run of over 40 checks lists only the others without it).'
 complete -c gpubox -n "__gpubox_at 'gpubox doctor'" -l no-color -d 'No colour, even on a terminal.'
 complete -c gpubox -n "__gpubox_at 'gpubox doctor'" -s h -l help -d 'Show this message and exit.'
 complete -c gpubox -n "__gpubox_at 'gpubox doctor loader'" -l full -l quick -d '--quick (default): a short run; --full: more repetitions and settings.'

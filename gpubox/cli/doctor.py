@@ -61,7 +61,12 @@ def doctor(
         ),
     ] = None,
     verbose: Annotated[
-        bool, typer.Option("--verbose", "-v", help="List every check, also the ones that passed.")
+        bool,
+        typer.Option(
+            "--verbose",
+            "-v",
+            help="List the checks that passed too (a run of over 40 checks lists only the others without it).",
+        ),
     ] = False,
     no_color: NO_COLOR = False,
 ) -> None:

@@ -55,6 +55,9 @@ def _rows_of(value: Any) -> list[Mapping[str, Any]] | None:
     return None
 
 
+LONG_RUN = 40  # checks; more than this, the passed ones are listed only with -v
+
+
 def render(report: DoctorReport, console: Any, verbose: bool = False) -> None:
     from rich.table import Table
     from rich.text import Text
@@ -94,11 +97,14 @@ def render(report: DoctorReport, console: Any, verbose: bool = False) -> None:
 
     console.print()
     checks = _in_category_order(report.checks)
-    table = Table(title="Every check", title_justify="left")
+    # A long run (8 GPUs, --full) lists what did not pass, unless -v: the passes would bury it.
+    brief = not verbose and len(checks) > LONG_RUN
+    title = "Every check that did not pass (-v lists them all)" if brief else "Every check"
+    table = Table(title=title, title_justify="left")
     for name in ("", "check", "where", "value", "detail"):
         table.add_column(name, overflow="fold")
     for check in checks:
-        if check.status == "ok" and not verbose and len(checks) > 40:
+        if check.status == "ok" and brief:
             continue
         table.add_row(
             Text(MARK[check.status], style=STYLE[check.status]), check.title, _where(check), _value(check), check.detail
