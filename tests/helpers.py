@@ -31,6 +31,10 @@ def run_gpubox(
 
 # Modules whose import ends at moments of a command's start: main() begins; Typer is half
 # imported; the commands' modules are being imported.
+# How a Ctrl-C ends gpubox: by SIGINT itself, as a program that does not catch it (a shell shows
+# 130), so that a script running gpubox in a loop stops too.
+KILLED_BY_SIGINT = -signal.SIGINT
+
 MOMENTS = ("gpubox.cli.main", "typer._click.types", "gpubox.cli.daemon")
 
 

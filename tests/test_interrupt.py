@@ -1,4 +1,4 @@
-"""Ctrl-C (SIGINT) ends every command with exit 130 and nothing on stderr, whenever it comes:
+"""Ctrl-C (SIGINT) ends every command by SIGINT (a shell shows 130) and nothing on stderr, whenever it comes:
 while Python imports Typer and the command's modules (most of a short command's time) as much
 as while the command waits. Real processes, real signals (`interrupted`); the queue's commands
 in tests/queue/test_queue_interrupt.py."""
@@ -12,14 +12,14 @@ from pathlib import Path
 import pytest
 
 from gpubox.exit_codes import ExitCode
-from tests.helpers import MOMENTS, interrupted
+from tests.helpers import KILLED_BY_SIGINT, MOMENTS, interrupted
 
 
 @pytest.mark.parametrize("moment", MOMENTS)
 def test_ctrl_c_while_the_command_starts(moment: str) -> None:
     code, stderr = interrupted(["top", "--once", "--demo", "--interval", "30"], after_module=moment)
     assert "Traceback" not in stderr, stderr
-    assert (code, stderr) == (ExitCode.INTERRUPTED, "")
+    assert (code, stderr) == (KILLED_BY_SIGINT, "")
 
 
 @pytest.mark.parametrize("moment", MOMENTS)
@@ -27,25 +27,25 @@ def test_ctrl_c_while_a_help_starts(moment: str) -> None:
     """A help is printed a moment after its modules are imported: the Ctrl-C ends it, or comes
     too late to (exit 0); never a traceback."""
     code, stderr = interrupted(["report", "--help"], after_module=moment)
-    assert stderr == "" and code in (ExitCode.INTERRUPTED, ExitCode.OK), (code, stderr)
+    assert stderr == "" and code in (KILLED_BY_SIGINT, ExitCode.OK), (code, stderr)
 
 
 def test_ctrl_c_while_top_once_samples_over_its_interval() -> None:
     """The interval's wait: the snapshot's first sample is taken, the second is 30 s away."""
     code, stderr = interrupted(["top", "--once", "--demo", "--interval", "30"], after_s=1.5)
-    assert (code, stderr) == (ExitCode.INTERRUPTED, "")
+    assert (code, stderr) == (KILLED_BY_SIGINT, "")
 
 
 def test_ctrl_c_while_a_json_top_waits() -> None:
     code, stderr = interrupted(["top", "--json", "--demo", "--interval", "30"], after_s=1.5)
-    assert (code, stderr) == (ExitCode.INTERRUPTED, "")
+    assert (code, stderr) == (KILLED_BY_SIGINT, "")
 
 
 def test_ctrl_c_before_the_version_is_printed() -> None:
     """`--version` answers before Typer: a Ctrl-C as main() begins ends it the same way, or comes
     too late to (exit 0)."""
     code, stderr = interrupted(["--version"], after_module="gpubox.cli.main")
-    assert stderr == "" and code in (ExitCode.INTERRUPTED, ExitCode.OK)
+    assert stderr == "" and code in (KILLED_BY_SIGINT, ExitCode.OK)
 
 
 def test_a_ctrl_c_that_python_cannot_raise_still_ends_the_command(tmp_path: Path) -> None:
@@ -61,4 +61,31 @@ def test_a_ctrl_c_that_python_cannot_raise_still_ends_the_command(tmp_path: Path
         "print('went on')\n"
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
-    assert (result.returncode, result.stdout, result.stderr) == (ExitCode.INTERRUPTED, "", "")
+    assert (result.returncode, result.stdout, result.stderr) == (KILLED_BY_SIGINT, "", "")
+
+
+def test_a_ctrl_c_stops_the_script_that_runs_gpubox_in_a_loop() -> None:
+    """A terminal sends SIGINT to the whole foreground group: the shell running a loop of gpubox
+    stops only if gpubox ends by the signal (bash goes on after a child that exits 130)."""
+    import os
+    import signal
+    import time
+
+    script = f"for i in 1 2 3; do {sys.executable} -m gpubox top --once --demo --interval 30; done; echo went on"
+    shell = subprocess.Popen(
+        ["bash", "-c", script],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,  # a group of its own, as a terminal's foreground job
+    )
+    try:
+        time.sleep(3.0)  # the first gpubox waits out its 30 s interval
+        os.killpg(shell.pid, signal.SIGINT)
+        out, err = shell.communicate(timeout=30)
+    finally:
+        if shell.poll() is None:
+            os.killpg(shell.pid, signal.SIGKILL)
+    assert "went on" not in out, "the loop went on after Ctrl-C"
+    assert shell.returncode == KILLED_BY_SIGINT and "Traceback" not in err, (shell.returncode, err)

@@ -5,14 +5,17 @@ it should cost little more than starting Python. So does a plain `gpubox queue a
 scripts and cron call in loops (gpubox/cli/queue_add_fast.py), and a plain `gpubox daemon`,
 which the first client starts when none runs (gpubox/cli/daemon_run.py).
 
-Ctrl-C ends every command with exit 130 and nothing said (the terminal shows ^C), whenever it
-comes: also while Typer and the command's modules are imported, which is most of a short
-command's time. So this module imports nothing of its own before main() runs.
+Ctrl-C ends every command with nothing said (the terminal shows ^C), whenever it comes: also
+while Typer and the command's modules are imported, which is most of a short command's time. So
+this module imports nothing of its own before main() runs. It ends by SIGINT, as a program that
+does not catch it: a shell reports 130, and a script that runs gpubox in a loop stops too (bash
+goes on after a child that exits 130, taking the Ctrl-C as handled by it).
 """
 
 from __future__ import annotations
 
 import sys
+from typing import NoReturn
 
 INTERRUPTED = 130  # ExitCode.INTERRUPTED, known before anything is imported
 
@@ -28,7 +31,21 @@ def main(argv: list[str] | None = None) -> int:
             return run_daemon_plain()  # its signals are its own (gpubox/queue/daemon.py)
         return _with_signals(args, the_program=argv is None)
     except KeyboardInterrupt:
+        if argv is None:
+            die_by_sigint()
         return INTERRUPTED
+
+
+def die_by_sigint() -> NoReturn:
+    """End this process by SIGINT, its default action (no cleanup: that was done, or a second
+    Ctrl-C asked not to wait for it)."""
+    import os
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+    os.kill(os.getpid(), signal.SIGINT)
+    os._exit(INTERRUPTED)  # SIGINT blocked in another way: the code a shell would show
 
 
 def _with_signals(args: list[str], the_program: bool) -> int:
@@ -40,9 +57,10 @@ def _with_signals(args: list[str], the_program: bool) -> int:
     plain.catch_interrupts()
     signal.signal(signal.SIGPIPE, plain.on_sigpipe)  # Python ignores it, and so misses a write cut short
     try:
-        return _command(args)
+        code = _command(args)
     except KeyboardInterrupt:
-        return INTERRUPTED
+        code = INTERRUPTED
+        plain.note_interrupted()  # raised before the handler above was set, say
     except (BrokenPipeError, plain.ReaderLeft):  # stderr's reader, say, gone while an error was said
         return plain.reader_left()
     finally:
@@ -54,6 +72,9 @@ def _with_signals(args: list[str], the_program: bool) -> int:
                 if handler is not None:  # None: not set from Python, and not to be set from it
                     signal.signal(signum, handler)
             sys.unraisablehook = before[2]
+    if the_program and plain.interrupted():
+        die_by_sigint()
+    return code
 
 
 def _command(args: list[str]) -> int:

@@ -48,9 +48,12 @@ def reader_left() -> int:
     return int(ExitCode.READER_LEFT)
 
 
+_interrupted: list[bool] = []  # a Ctrl-C came: however the command ended since, it ends by it
+
+
 def catch_interrupts() -> None:
     """Ctrl-C from now on: the command unwinds (KeyboardInterrupt, so its cleanup runs) and ends
-    with 130. A second one, while it unwinds, ends it at once."""
+    by SIGINT (interrupted()). A second one, while it unwinds, ends it at once."""
     import signal
 
     signal.signal(signal.SIGINT, _on_sigint)
@@ -60,14 +63,25 @@ def catch_interrupts() -> None:
 def _on_sigint(signum: int, frame: object) -> None:
     import signal
 
+    note_interrupted()
     signal.signal(signal.SIGINT, exit_interrupted)
     raise KeyboardInterrupt
 
 
-def exit_interrupted(signum: int = 0, frame: object = None) -> None:
-    import os
+def note_interrupted() -> None:
+    _interrupted.append(True)
 
-    os._exit(int(ExitCode.INTERRUPTED))
+
+def interrupted() -> bool:
+    """Whether a Ctrl-C came (the command's own exit code may not say so: Typer makes it 130,
+    which `queue wait` also gives for a job that exited 130)."""
+    return bool(_interrupted)
+
+
+def exit_interrupted(signum: int = 0, frame: object = None) -> None:
+    from gpubox.cli.main import die_by_sigint
+
+    die_by_sigint()
 
 
 def _interrupted_in_callback(
