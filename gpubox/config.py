@@ -171,6 +171,10 @@ def _read_toml(path: Path) -> dict[str, Any]:
         return {}
     except NotADirectoryError:
         return {}  # a parent is a file: nothing can be at the path
+    except PermissionError:
+        # A folder on the way that this user may not enter (HOME=/root in a container run as
+        # another user, /etc/gpubox 0750): nothing there can be its, or be read by it.
+        return {}
     except OSError as exc:
         raise GpuboxError(f"config file {path}: {_unreadable(exc)}", ExitCode.USAGE) from None
     if not stat.S_ISREG(st.st_mode):  # a directory, a FIFO or /dev/zero would fail or hang

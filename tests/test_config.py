@@ -140,6 +140,22 @@ def test_only_nothing_at_the_path_means_the_defaults(tmp_path: Path) -> None:
     assert load_config({}, env, paths).sources["color"] == "default"
 
 
+def test_a_config_folder_this_user_may_not_enter_means_the_defaults(tmp_path: Path) -> None:
+    """HOME=/root in a container run as another user, /etc/gpubox 0750: whether a file is there
+    cannot be known, and none there could be this user's to read. The defaults, as before."""
+    if AS_ROOT and not shutil.which("setpriv"):
+        pytest.skip("root enters any folder, and there is no setpriv to drop that power")
+    closed = tmp_path / "home" / ".config" / "gpubox"
+    closed.mkdir(parents=True)
+    (closed / "config.toml").write_text("color = maybe\n")  # it would be refused if it were read
+    closed.chmod(0)
+    try:
+        result = _gpubox(tmp_path, "top", "--once", "--demo", unprivileged=True)
+    finally:
+        closed.chmod(0o700)
+    assert (result.returncode, result.stderr) == (0, ""), result.stderr
+
+
 def _gpubox(tmp_path: Path, *args: str, unprivileged: bool = False) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("GPUBOX_", "XDG_"))}
     env.update(

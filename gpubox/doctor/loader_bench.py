@@ -65,7 +65,10 @@ def error_line(exc: BaseException) -> str:
     name = (
         kind.__qualname__ if kind.__module__ in ("builtins", "__main__") else f"{kind.__module__}.{kind.__qualname__}"
     )
-    text = str(exc)
+    try:
+        text = str(exc)
+    except Exception:  # an exception whose own message fails: its type is what is left
+        text = ""
     # a DataLoader worker's error carries the worker's traceback: its own exception line names the cause
     cause = raised_in(text)
     if cause is not None:

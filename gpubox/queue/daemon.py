@@ -314,7 +314,7 @@ class Daemon:
                     self.log(what if said is None or said[0] != what else f"still failing: {what}")
                     said = (what, time.monotonic())
                 self._dirty = True
-                time.sleep(min(0.1 * 2**failures, self.config.poll_interval_s))
+                time.sleep(min(0.1 * 2 ** min(failures, 10), self.config.poll_interval_s))  # 2**1024 overflows
 
     def _timeout(self) -> float:
         if self._dirty:

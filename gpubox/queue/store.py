@@ -295,7 +295,9 @@ class JobStore:
             self._in_transaction = False
 
     def _failed(self, e: sqlite3.DatabaseError) -> StoreError:
-        if getattr(e, "sqlite_errorcode", None) in (sqlite3.SQLITE_CORRUPT, sqlite3.SQLITE_NOTADB):
+        code = getattr(e, "sqlite_errorcode", None)
+        # The extended codes (a damaged index: SQLITE_CORRUPT_INDEX) keep the primary one in their low byte.
+        if code is not None and code & 0xFF in (sqlite3.SQLITE_CORRUPT, sqlite3.SQLITE_NOTADB):
             # Found damaged in use (a disk error, a copy taken mid-write): say what can be done.
             return StoreError(
                 f"the job database {self.path} is damaged ({e}): move it aside to start an empty queue"

@@ -520,3 +520,11 @@ def test_the_device_check_says_why_it_ran_on_the_cpu() -> None:
 def test_malformed_results_are_one_sentence() -> None:
     with pytest.raises(LoaderRunError, match="cannot be read"):
         parse_bench({"ok": True, "settings": []})
+
+
+def test_an_exception_whose_message_fails_is_named_by_its_type() -> None:
+    class Unprintable(Exception):
+        def __str__(self) -> str:
+            raise RuntimeError("no message")
+
+    assert loader_bench.error_line(Unprintable()).endswith("Unprintable")

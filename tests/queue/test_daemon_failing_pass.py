@@ -52,3 +52,14 @@ def test_a_failure_that_lasts_is_said_again_now_and_then(paths: Paths, monkeypat
         f"still failing: StoreError: {DAMAGED}; trying again",
         "working again",
     ]
+
+
+def test_a_failure_that_lasts_past_a_thousand_passes_does_not_end_the_daemon(
+    paths: Paths, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The wait between tries doubles up to the poll interval: 2**1024 would overflow a float."""
+    waits: list[float] = []
+    monkeypatch.setattr(daemon_module.time, "sleep", waits.append)
+    log = run_failing(paths, [DAMAGED] * 1100)
+    assert log == [f"StoreError: {DAMAGED}; trying again", "working again"]
+    assert len(waits) >= 1100 and max(waits) == 0.2

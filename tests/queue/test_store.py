@@ -422,3 +422,12 @@ def test_a_database_that_cannot_be_read_now_is_not_called_corrupt(
     with pytest.raises(StoreError) as caught:
         JobStore(tmp_path / "q.db")
     assert str(caught.value) == f"cannot open the job database {tmp_path / 'q.db'}: disk I/O error"
+
+
+def test_damage_found_in_use_is_named_as_such_with_sqlite_extended_codes(tmp_path: Path) -> None:
+    """A damaged index (SQLITE_CORRUPT_INDEX, 779) is damage as much as SQLITE_CORRUPT (11)."""
+    with JobStore(tmp_path / "queue.db") as store:
+        for code, damaged in ((11, True), (779, True), (523, True), (26, True), (5, False), (13, False)):
+            error = sqlite3.DatabaseError("database disk image is malformed")
+            error.sqlite_errorcode = code
+            assert ("is damaged" in str(store._failed(error))) is damaged, code
