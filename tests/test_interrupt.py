@@ -89,3 +89,33 @@ def test_a_ctrl_c_stops_the_script_that_runs_gpubox_in_a_loop() -> None:
             os.killpg(shell.pid, signal.SIGKILL)
     assert "went on" not in out, "the loop went on after Ctrl-C"
     assert shell.returncode == KILLED_BY_SIGINT and "Traceback" not in err, (shell.returncode, err)
+
+
+def test_a_gpubox_started_with_ctrl_c_ignored_keeps_it_ignored() -> None:
+    """A script's `gpubox run -- train.py &`: the shell ignores SIGINT in background commands, so
+    that a Ctrl-C meant for the script does not stop them; gpubox and what it runs keep that."""
+    import signal
+    import time
+
+    def ignore_sigint() -> None:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+    status = subprocess.run(
+        [sys.executable, "-m", "gpubox", "run", "--", "grep", "SigIgn", "/proc/self/status"],
+        preexec_fn=ignore_sigint,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert status.returncode == 0, status.stderr
+    assert int(status.stdout.split()[-1], 16) & (1 << (signal.SIGINT - 1)), status.stdout
+    sleeper = subprocess.Popen(
+        [sys.executable, "-m", "gpubox", "run", "--", "sleep", "2"],
+        preexec_fn=ignore_sigint,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    time.sleep(1.0)
+    sleeper.send_signal(signal.SIGINT)
+    _, err = sleeper.communicate(timeout=30)
+    assert (sleeper.returncode, err) == (0, "")

@@ -54,7 +54,10 @@ def _with_signals(args: list[str], the_program: bool) -> int:
     from gpubox.cli import plain
 
     before = signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGPIPE), sys.unraisablehook
-    plain.catch_interrupts()
+    # Started with Ctrl-C ignored (`cmd &` in a script): it stays ignored, for gpubox and what it runs.
+    ignored = before[0] == signal.SIG_IGN
+    if not ignored:
+        plain.catch_interrupts()
     signal.signal(signal.SIGPIPE, plain.on_sigpipe)  # Python ignores it, and so misses a write cut short
     try:
         code = _command(args)
@@ -64,7 +67,7 @@ def _with_signals(args: list[str], the_program: bool) -> int:
     except (BrokenPipeError, plain.ReaderLeft):  # stderr's reader, say, gone while an error was said
         return plain.reader_left()
     finally:
-        if the_program:
+        if the_program and not ignored:
             # The command is over: a Ctrl-C while Python exits (and waits for threads) ends it at once.
             signal.signal(signal.SIGINT, plain.exit_interrupted)
         else:
