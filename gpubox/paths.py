@@ -84,12 +84,22 @@ def ensure_private_dir(path: Path) -> Path:
     queue's database or socket, and so run commands as its owner (ssh's StrictModes refuses such
     a folder too). Its mode is not changed here: that folder may be someone's $HOME."""
     path.mkdir(mode=0o700, parents=True, exist_ok=True)
-    st = path.stat()
+    problem = private_dir_problem(path)
+    if problem is not None:
+        raise PermissionError(problem)
+    return path
+
+
+def private_dir_problem(path: Path) -> str | None:
+    """Why an existing folder is not fit to be gpubox's (ensure_private_dir); None when it is, or
+    when nothing is there yet (it will be made private)."""
+    try:
+        st = path.stat()
+    except OSError:
+        return None
     if st.st_uid != os.getuid():
-        raise PermissionError(f"{path} belongs to uid {st.st_uid}, not to us")
+        return f"{path} belongs to uid {st.st_uid}, not to us"
     if st.st_mode & 0o022:
         mode = f"{stat.S_IMODE(st.st_mode):04o}"
-        raise PermissionError(
-            f"{path} is writable by other users (mode {mode}): make it yours alone (chmod go-w {path})"
-        )
-    return path
+        return f"{path} is writable by other users (mode {mode}): make it yours alone (chmod go-w {path})"
+    return None

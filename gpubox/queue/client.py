@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from gpubox.exit_codes import ExitCode, GpuboxError
-from gpubox.paths import Paths, absolute, ensure_private_dir
+from gpubox.paths import Paths, absolute, ensure_private_dir, private_dir_problem
 from gpubox.queue import proctree
 from gpubox.queue.jobs import END_STATES, Job
 from gpubox.queue.layout import (
@@ -42,9 +42,9 @@ def open_store(paths: Paths) -> JobStore:
 
 
 def check_daemon_start(paths: Paths, env: Mapping[str, str] | None = None) -> Paths:
-    """What a daemon started now would stop on, as GpuboxError (exit 2): bad settings, a socket
-    no daemon could listen on. Its folders, absolute (it works from /, so a setting relative to
-    this client's directory goes to it resolved)."""
+    """What a daemon started now would stop on, as GpuboxError: bad settings, a socket no daemon
+    could listen on (exit 2), a folder not fit to be its own (exit 1). Its folders, absolute (it
+    works from /, so a setting relative to this client's directory goes to it resolved)."""
     from gpubox.config import load_config
 
     whole = absolute(paths)
@@ -52,6 +52,10 @@ def check_daemon_start(paths: Paths, env: Mapping[str, str] | None = None) -> Pa
     problem = socket_problem(whole)
     if problem is not None:
         raise GpuboxError(problem, ExitCode.USAGE)
+    for folder in (whole.state_dir, whole.runtime_dir):  # the daemon would stop on them at once
+        problem = private_dir_problem(folder)
+        if problem is not None:
+            raise GpuboxError(problem, ExitCode.FAILED)
     return whole
 
 

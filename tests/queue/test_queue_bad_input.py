@@ -494,6 +494,21 @@ def test_a_state_folder_others_may_write_to_is_refused_and_left_as_it_is(queue: 
     assert queue.daemon_pid() is None
 
 
+@pytest.mark.parametrize("after", [False, True], ids=["plain", "with-after"])
+def test_a_runtime_folder_others_may_write_to_stores_no_job(queue: QueueBox, after: bool) -> None:
+    """The daemon `queue add` would start stops at once on it: the job is refused first."""
+    _seed_in_process(queue)
+    runtime = Path(queue.env["GPUBOX_RUNTIME_DIR"])
+    runtime.mkdir(parents=True, exist_ok=True)
+    runtime.chmod(0o775)
+    before = snapshot(queue.db)
+    dependency = ("--after", "1") if after else ()
+    result = queue("queue", "add", "--gpus", "0", *dependency, "--", "true")
+    assert_one_error_line(result, FAILED, f"{runtime} is writable by other users (mode 0775)")
+    assert snapshot(queue.db) == before
+    assert queue.daemon_pid() is None
+
+
 def test_foreign_sqlite_database_is_refused_and_left_alone(queue: QueueBox) -> None:
     queue.state_dir.mkdir(parents=True)
     conn = sqlite3.connect(queue.db)
