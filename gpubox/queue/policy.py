@@ -276,9 +276,12 @@ def place_jobs(
             if refused is not None:
                 by, reason = refused
                 waits.append(Wait(job.id, reason))
-                # It cannot start before the job it waits behind: a time-limited job that ends
-                # before that one could start delays it no more than that one.
-                blocked.append(_Blocked(job, by.earliest, frozenset(g.uuid for g in candidates)))
+                # The soonest it could start: when the job it waits behind could, or sooner, on
+                # GPUs that job does not want once they free up. A job further back that takes its
+                # GPUs must end before then.
+                own = _earliest(job, board)
+                soonest = None if by.earliest is None or own is None else min(by.earliest, own)
+                blocked.append(_Blocked(job, soonest, frozenset(g.uuid for g in candidates)))
                 wanted.update(g.uuid for g in candidates)
                 continue
         uuids = tuple(sorted((g.uuid for g in fit), key=lambda u: board.by_uuid[u].index))

@@ -221,6 +221,23 @@ def test_a_job_waiting_behind_a_refused_one_is_named_after_it() -> None:
     assert waits[2].reason == "waits behind job 2 (ahead in the queue); only a job with a time limit can start ahead"
 
 
+def test_a_job_waiting_behind_another_may_start_sooner_on_other_gpus_and_is_not_delayed() -> None:
+    """Job 2 waits behind job 1 (GPU 1 frees at 100) for now, but at 10, when GPU 3 frees, it can
+    start on GPUs 2 and 3, which job 1 does not want: job 3, which would hold GPU 2 until 50,
+    would delay it, and does not start."""
+    gpus = [gpu(0), gpu(1), gpu(2), gpu(3)]
+    pending = [job(1, priority=2, ids=("GPU-0", "GPU-1")), job(2, priority=1, gpus=2), job(3, ids=("GPU-2",), limit=50)]
+    running = [run(90, "GPU-1", ends_by=100), run(91, "GPU-3", ends_by=10)]
+    starts, waits = place_jobs(pending, running, gpus, now=0)
+    assert starts == []
+    assert waits[2] == Wait(
+        3, "waits behind job 2 (higher priority); its time limit of 50s ends after job 2 could start (in 10s)"
+    )
+    # Ending before GPU 3 frees, it delays nobody.
+    starts, _ = place_jobs([*pending[:2], job(3, ids=("GPU-2",), limit=5)], running, gpus, now=0)
+    assert starts == [Start(3, ("GPU-2",))]
+
+
 def test_a_job_waiting_for_a_paused_gpu_holds_up_only_jobs_that_need_that_gpu() -> None:
     """Maintenance on one GPU must not idle the box: the job pinned to it waits, and the jobs
     behind it start on the other GPUs, with no time limit, which cannot delay it."""
