@@ -189,20 +189,43 @@ def _need_text(job: JobRequest, board: _Board) -> str:
     return f"needs {what}"
 
 
-def _earliest(job: JobRequest, board: _Board) -> float | None:
-    """The soonest a blocked job could start, when that is known; None when it is not."""
-    ends: list[float] = []
+def _free_at(gpu: GpuState, job: JobRequest, board: _Board) -> float | None:
+    """When the GPU is free of what keeps the job off it now (every job on it that it may not
+    share with has ended, as their time limits say); None when that has no known time: a paused
+    GPU, memory held outside the queue, a job on it without a time limit."""
+    held = board.blockers(gpu, job)
+    if gpu.paused or not held or any(h.ends_by is None for h in held):
+        return None
+    return max(h.ends_by for h in held if h.ends_by is not None)
+
+
+def _earliest(job: JobRequest, board: _Board, now: float) -> float | None:
+    """The soonest a blocked job could start: when as many of its GPUs as it needs are free (a
+    GPU with no known time could be free at any moment); None when that is not known."""
+    times: list[tuple[float, bool]] = []  # (when, known)
     for gpu in _candidates(job, board):
         if board.problem(gpu, job) is None:
-            continue
-        held = board.blockers(gpu, job)
-        if gpu.paused or not held:
-            return None
-        for h in held:
-            if h.ends_by is None:
-                return None
-            ends.append(h.ends_by)
-    return min(ends) if ends else None
+            times.append((now, True))
+        else:
+            free = _free_at(gpu, job, board)
+            times.append((now, False) if free is None else (free, True))
+    times.sort(key=lambda t: (t[0], not t[1]))
+    when, known = times[_gpu_count(job) - 1]
+    return when if known else None
+
+
+def _sooner_elsewhere(job: JobRequest, busy: Sequence[GpuState], board: _Board) -> float | None:
+    """The soonest one of the job's busy GPUs frees up (which could let it start on GPUs nobody
+    ahead wants); inf when none is busy, None when one of them has no known time."""
+    frees = [_free_at(g, job, board) for g in busy]
+    if any(f is None for f in frees):
+        return None
+    return min((f for f in frees if f is not None), default=math.inf)
+
+
+def _wanting(blocked: list[_Blocked], uuids: set[str]) -> list[_Blocked]:
+    """The jobs waiting ahead that could start on one of these GPUs."""
+    return [b for b in blocked if b.wants & uuids]
 
 
 def _behind(job: JobRequest, blocked: list[_Blocked], now: float, config: PolicyConfig) -> tuple[_Blocked, str] | None:
@@ -261,29 +284,32 @@ def place_jobs(
         if len(fit) < _gpu_count(job):
             reasons = ", ".join(p for _, p in problems if p is not None)
             waits.append(Wait(job.id, f"{_need_text(job, board)}: {reasons}"))
-            blocked.append(_Blocked(job, _earliest(job, board), frozenset(g.uuid for g in candidates)))
+            blocked.append(_Blocked(job, _earliest(job, board, now), frozenset(g.uuid for g in candidates)))
             wanted.update(g.uuid for g in candidates)
             continue
         # GPUs no job waiting ahead could ever use first: taking them delays none of those jobs.
         aside = [g for g in fit if g.uuid not in wanted]
-        fit = aside + [g for g in fit if g not in aside]
+        # Then GPUs whose waiting jobs it may pass (it ends before any of them could start), then
+        # the rest: only the jobs ahead that could start on a GPU it takes can be delayed by it.
+        passing = [g for g in fit if g not in aside and _behind(job, _wanting(blocked, {g.uuid}), now, config) is None]
+        rest = [g for g in fit if g not in aside and g not in passing]
+        fit = aside + passing + rest
         if job.gpu_ids is None:
             fit = fit[: job.gpus]
-        taken = {g.uuid for g in fit} & wanted
+        taken = {g.uuid for g in fit if g in rest}
         if taken:
-            # Only the jobs ahead that could start on a GPU it takes can be delayed by it.
-            refused = _behind(job, [b for b in blocked if b.wants & taken], now, config)
-            if refused is not None:
-                by, reason = refused
-                waits.append(Wait(job.id, reason))
-                # The soonest it could start: when the job it waits behind could, or sooner, on
-                # GPUs that job does not want once they free up. A job further back that takes its
-                # GPUs must end before then.
-                own = _earliest(job, board)
-                soonest = None if by.earliest is None or own is None else min(by.earliest, own)
-                blocked.append(_Blocked(job, soonest, frozenset(g.uuid for g in candidates)))
-                wanted.update(g.uuid for g in candidates)
-                continue
+            refused = _behind(job, _wanting(blocked, taken), now, config)
+            assert refused is not None  # a GPU in `rest` has a job that refuses it
+            waits.append(Wait(job.id, refused[1]))
+            # The soonest it could start: when one of the jobs that keep it off its GPUs could,
+            # or when one of its busy GPUs frees up (it may then start on GPUs nobody ahead
+            # wants). A job further back that takes its GPUs must end before then.
+            ahead = [b.earliest for b in _wanting(blocked, {g.uuid for g in rest})]
+            busy = _sooner_elsewhere(job, [g for g, p in problems if p is not None], board)
+            soonest = None if busy is None or None in ahead else min([busy, *(a for a in ahead if a is not None)])
+            blocked.append(_Blocked(job, soonest, frozenset(g.uuid for g in candidates)))
+            wanted.update(g.uuid for g in candidates)
+            continue
         uuids = tuple(sorted((g.uuid for g in fit), key=lambda u: board.by_uuid[u].index))
         board.take(job, uuids, now)
         starts.append(Start(job.id, uuids))

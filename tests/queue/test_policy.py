@@ -238,6 +238,25 @@ def test_a_job_waiting_behind_another_may_start_sooner_on_other_gpus_and_is_not_
     assert starts == [Start(3, ("GPU-2",))]
 
 
+def test_a_job_takes_the_gpu_whose_waiting_job_it_may_pass() -> None:
+    """GPUs 0 and 1 both fit job 3 (60 GiB); job 1 waits for GPU 0 and could start at 100, job 2
+    for GPU 1 at 300: job 3 (200 s) passes job 2 on GPU 1, where on GPU 0 it would delay job 1."""
+    gpus = [gpu(0), gpu(1), gpu(2), gpu(3, total_gib=40), gpu(4), gpu(5)]
+    pending = [job(1, ids=("GPU-0", "GPU-4")), job(2, priority=2, at=1, ids=("GPU-1", "GPU-5"))]
+    running = [run(100, "GPU-4", ends_by=100), run(101, "GPU-5", ends_by=300), run(102, "GPU-2", ends_by=50)]
+    starts, _ = place_jobs([*pending, job(3, mem_gib=60, limit=200)], running, gpus, now=0)
+    assert starts == [Start(3, ("GPU-1",))]
+
+
+def test_a_waiting_job_could_start_when_enough_of_its_gpus_are_free_of_every_holder() -> None:
+    """Job 4 needs GPUs 2 and 1; GPU 1 is held until 19, so it cannot start before 19, although
+    job 2, on GPU 2, ends at 5: job 3 (sharing GPU 1, ending at 12) passes it."""
+    running = [run(100, "GPU-1", ends_by=19, share=True), run(2, "GPU-2", ends_by=5)]
+    pending = [job(4, "infer", ids=("GPU-2", "GPU-1"), limit=29), job(3, ids=("GPU-0", "GPU-1"), limit=8, share=True)]
+    starts, _ = place_jobs(pending, running, [gpu(0), gpu(1), gpu(2)], now=4)
+    assert starts == [Start(3, ("GPU-0", "GPU-1"))]
+
+
 def test_a_job_waiting_for_a_paused_gpu_holds_up_only_jobs_that_need_that_gpu() -> None:
     """Maintenance on one GPU must not idle the box: the job pinned to it waits, and the jobs
     behind it start on the other GPUs, with no time limit, which cannot delay it."""
