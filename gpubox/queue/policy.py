@@ -289,10 +289,13 @@ def place_jobs(
             continue
         # GPUs no job waiting ahead could ever use first: taking them delays none of those jobs.
         aside = [g for g in fit if g.uuid not in wanted]
-        # Then GPUs whose waiting jobs it may pass (it ends before any of them could start), then
-        # the rest: only the jobs ahead that could start on a GPU it takes can be delayed by it.
-        passing = [g for g in fit if g not in aside and _behind(job, _wanting(blocked, {g.uuid}), now, config) is None]
-        rest = [g for g in fit if g not in aside and g not in passing]
+        others = [g for g in fit if g.uuid in wanted]
+        passing: list[GpuState] = []
+        if others and (job.gpu_ids is not None or len(aside) < job.gpus):
+            # Then GPUs whose waiting jobs it may pass (it ends before any of them could start):
+            # only the jobs ahead that could start on a GPU it takes can be delayed by it.
+            passing = [g for g in others if _behind(job, _wanting(blocked, {g.uuid}), now, config) is None]
+        rest = [g for g in others if g not in passing]
         fit = aside + passing + rest
         if job.gpu_ids is None:
             fit = fit[: job.gpus]
