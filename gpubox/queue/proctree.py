@@ -95,6 +95,26 @@ def descendants(root: int, spare: frozenset[int] = frozenset()) -> set[int]:
     return found
 
 
+def job_leader(supervisor: int) -> int | None:
+    """The process a supervisor started for its job, while it runs: a child of the supervisor
+    that leads its own process group in the supervisor's session (the supervisor is a session
+    leader and starts each job as a new group). Orphans the job left to the supervisor can lead
+    groups too: the first one started is the job's. None when it has ended or cannot be seen."""
+    try:
+        children = [int(p) for p in Path(f"/proc/{supervisor}/task/{supervisor}/children").read_text().split()]
+    except (OSError, ValueError):  # a kernel without that file: every process's parent instead
+        children = [pid for pid, ppid in _parents().items() if ppid == supervisor]
+    found: tuple[int, int] | None = None  # (start ticks, pid)
+    for pid in children:
+        fields = _stat_fields(pid)
+        if not fields or fields[0] == b"Z" or int(fields[2]) != pid or int(fields[3]) != supervisor:
+            continue
+        started = int(fields[19])
+        if found is None or started < found[0]:
+            found = (started, pid)
+    return None if found is None else found[1]
+
+
 _libc: Any = None
 
 

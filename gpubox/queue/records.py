@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from gpubox.queue import proctree
 from gpubox.queue.jobs import Attempt, Job
 
 DAEMON_DOWN = "the daemon is not running (gpubox daemon start)"
@@ -40,6 +41,14 @@ def waiting_reason(job: Job, live: Mapping[int, str] | None) -> str | None:
     if live is None:
         return DAEMON_DOWN
     return live.get(job.id) or job.reason or "waits for the next scheduling pass"
+
+
+def job_pid(job: Job) -> int | None:
+    """The pid of a running job's own process (what py-spy or nvidia-smi would name), read from
+    /proc; `pid` is its supervisor's. None when the job does not run here now."""
+    if job.state != "running" or job.pid is None or not proctree.is_alive(job.pid, job.pid_start):
+        return None
+    return proctree.job_leader(job.pid)
 
 
 def job_record(
@@ -79,6 +88,7 @@ def job_record(
         "attempt": job.attempt,
         "exit_code": job.exit_code,
         "pid": job.pid,
+        "job_pid": job_pid(job),
         "reason": waiting_reason(job, live),
     }
     if with_env:
