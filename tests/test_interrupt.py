@@ -119,3 +119,21 @@ def test_a_gpubox_started_with_ctrl_c_ignored_keeps_it_ignored() -> None:
     sleeper.send_signal(signal.SIGINT)
     _, err = sleeper.communicate(timeout=30)
     assert (sleeper.returncode, err) == (0, "")
+
+
+def test_gpubox_run_gives_the_command_the_signals_python_ignores_back() -> None:
+    """Python ignores SIGPIPE and SIGXFSZ at start, and exec keeps an ignored signal ignored: a
+    command run by `gpubox run` must get them as a shell starts it, or `yes | head` and a file
+    past its size limit would behave otherwise under gpubox."""
+    import signal
+
+    status = subprocess.run(
+        [sys.executable, "-m", "gpubox", "run", "--", "grep", "SigIgn", "/proc/self/status"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert status.returncode == 0, status.stderr
+    ignored = int(status.stdout.split()[-1], 16)
+    for sig in (signal.SIGPIPE, signal.SIGXFSZ):
+        assert not ignored & (1 << (sig - 1)), (sig, status.stdout)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import errno
 import os
 import shutil
+import signal
 from collections.abc import Mapping
 from contextlib import suppress
 from pathlib import Path
@@ -44,6 +45,18 @@ def exec_with_probe(argv: list[str], env: Mapping[str, str] | None = None) -> No
     if not argv or not argv[0]:
         raise LaunchError("no command to run" if not argv else "the command is empty", 2)
     child_env = probe_environment(os.environ if env is None else env)
+    # Python ignores these at start, and an ignored signal stays ignored across exec: the command
+    # gets them back as a shell would start it (subprocess's restore_signals does the same). A
+    # SIGINT ignored by whoever started gpubox is not Python's doing, and stays ignored.
+    restore = {sig: signal.signal(sig, signal.SIG_DFL) for sig in (signal.SIGPIPE, signal.SIGXFSZ)}
+    try:
+        _exec(argv, child_env)
+    finally:  # reached only when no exec took place: gpubox goes on to say why
+        for sig, handler in restore.items():
+            signal.signal(sig, handler)
+
+
+def _exec(argv: list[str], child_env: dict[str, str]) -> NoReturn:
     try:
         os.execvpe(argv[0], argv, child_env)
     except FileNotFoundError:
