@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+import unicodedata
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -60,7 +61,28 @@ def _name(rec: Mapping[str, Any]) -> str:
     if rec["name"]:
         return str(rec["name"])
     command = " ".join(str(rec.get("command") or DASH).split())
-    return command if len(command) <= NAME_WIDTH else command[: NAME_WIDTH - 1] + "…"
+    if columns(command) <= NAME_WIDTH:
+        return command
+    kept, width = [], 0
+    for c in command:
+        width += columns(c)
+        if width > NAME_WIDTH - 1:
+            break
+        kept.append(c)
+    return "".join(kept) + "…"
+
+
+def columns(text: str) -> int:
+    """How many terminal columns `text` takes: two for a wide character (CJK, most emoji),
+    none for a combining mark or a zero-width one, one for the rest."""
+    if text.isascii():
+        return len(text)
+    width = 0
+    for c in text:
+        if unicodedata.combining(c) or unicodedata.category(c) in ("Mn", "Me", "Cf"):
+            continue
+        width += 2 if unicodedata.east_asian_width(c) in ("W", "F") else 1
+    return width
 
 
 def _note(rec: Mapping[str, Any]) -> str:
@@ -77,12 +99,13 @@ def _note(rec: Mapping[str, Any]) -> str:
 
 
 def table(rows: Sequence[Sequence[str]], header: Sequence[str]) -> str:
+    """Columns aligned by the width a terminal gives each character, not by its count."""
     # A name or command is the user's text: a control character in it must not move the cursor.
     rows = [[one_line(str(c)) for c in row] for row in rows]
-    widths = [max(len(str(r[i])) for r in (header, *rows)) for i in range(len(header) - 1)]
+    widths = [max(columns(r[i]) for r in (header, *rows)) for i in range(len(header) - 1)]
     lines = []
     for row in (header, *rows):
-        cells = [str(c).ljust(w) for c, w in zip(row, widths, strict=False)]
+        cells = [c + " " * (w - columns(c)) for c, w in zip(row, widths, strict=False)]
         lines.append("  ".join([*cells, str(row[-1])]).rstrip())
     return "\n".join(lines)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from gpubox.cli.queue_view import job_table
+from gpubox.cli.queue_view import NAME_WIDTH, job_table
 
 
 def record(**fields: Any) -> dict[str, Any]:
@@ -87,3 +87,29 @@ def test_gpu_use_says_when_the_ledger_has_not_caught_up_with_the_job() -> None:
     assert gpu_use(usage, record(state="running", attempt=1, started_at=1000.0)).endswith(f"(recorded up to {stamp})")
     caught_up = record(state="succeeded", attempt=1, started_at=1000.0, ended_at=1045.5)
     assert gpu_use(usage, caught_up).endswith("energy unknown")
+
+
+def test_columns_stay_aligned_with_wide_characters_and_a_long_command_is_cut_by_width() -> None:
+    table = job_table(
+        [
+            record(id=1, name="训练模型", command="python train.py"),
+            record(id=2, name="plain", command="true"),
+            record(id=3, command="python 評価スクリプトを実行する.py --model 大きい"),
+            record(id=4, name="cafe\u0301", command="true"),  # an e and a combining accent: four columns
+        ],
+        {1: "1", 2: "1", 3: "cpu", 4: "cpu"},
+        now=1000.0,
+    )
+    lines = table.splitlines()
+    # KIND starts at the same terminal column on every line: ID (2) and NAME (24, the cut
+    # command) with two spaces after each.
+    assert (
+        {wide(line[: line.index("other")]) for line in lines[1:]} == {wide(lines[0][: lines[0].index("KIND")])} == {30}
+    )
+    cut = lines[3][4:].split("  ")[0]
+    assert cut == "python 評価スクリプトを…" and wide(cut) == NAME_WIDTH
+
+
+def wide(text: str) -> int:
+    """Terminal columns, for the characters these tests use: CJK takes two, a combining accent none."""
+    return sum(2 if "\u3000" <= c <= "\u9fff" else 0 if c == "\u0301" else 1 for c in text)
