@@ -55,7 +55,7 @@ SETTING_HELP = {
     "queue.backfill": "A job with a time limit that ends before a waiting job could start may start ahead of it: "
     "\\fBtrue\\fR or \\fBfalse\\fR.",
     "queue.preempt": "A waiting \\fBinfer\\fR job stops \\fBbatch\\fR jobs to take their GPUs (they are queued "
-    "again): \\fBtrue\\fR or \\fBfalse\\fR.",
+    "again), when that makes room (memory held outside the queue stays held): \\fBtrue\\fR or \\fBfalse\\fR.",
     "queue.kill_grace": "Seconds between SIGTERM and SIGKILL when a job is stopped (cancel, time limit, preemption).",
     "queue.poll_interval": "Seconds between the daemon's looks at GPU memory and the whole queue.",
 }

@@ -33,7 +33,7 @@ from typing import Any
 from gpubox import __version__
 from gpubox.paths import Paths, ensure_private_dir
 from gpubox.queue import proctree, supervise
-from gpubox.queue.gpus import GpuInfo, NoNvml, NvmlGpus
+from gpubox.queue.gpus import GpuInfo, NoNvml, NvmlGpus, foreign_memory
 from gpubox.queue.jobs import END_STATES, Job
 from gpubox.queue.layout import (
     LOCK_NAME,
@@ -406,6 +406,28 @@ class Daemon:
             self._nvml_error = str(exc) if nvidia_devices_present() else None
             return None if self._nvml_error else []
 
+    def _foreign_memory(
+        self, queued: list[Job], running: list[Job], gpus: list[GpuInfo] | None
+    ) -> dict[str, int | None] | None:
+        """Per GPU, the memory used that the queue's jobs do not hold, which stopping them would
+        not free; read (NVML's processes, /proc) only when a preemption may be weighed."""
+        if not (
+            self.config.preempt
+            and gpus
+            and any(j.spec.kind == "infer" for j in queued)
+            and any(j.spec.kind == "batch" and j.gpu_uuids for j in running)
+        ):
+            return None
+        read = getattr(self.gpus_source, "processes", None)  # a source without it: not known
+        if read is None:
+            return None
+        try:
+            processes = read()
+        except NoNvml:
+            return None
+        ours = proctree.trees(j.pid for j in running if j.pid is not None)  # supervisors and their jobs
+        return {g.uuid: foreign_memory(g, processes.get(g.uuid), ours) for g in gpus}
+
     def _reconcile(self, store: JobStore, running: list[Job]) -> bool:
         """End the attempts whose supervisor vanished without recording them; True if any."""
         changed = False
@@ -615,6 +637,7 @@ class Daemon:
                 self.clock(),
                 self.config,
                 gpus_unknown=self._nvml_error or "",
+                foreign=self._foreign_memory(queued, running, gpus),
             )
             if not full and len(queued) >= WINDOW and _capacity_left(running, plan, gpus or [], paused, self.config):
                 full = True

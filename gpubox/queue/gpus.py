@@ -64,11 +64,47 @@ class NvmlGpus:
             out.append(GpuInfo(index, uuid, total, used))
         return out
 
+    def processes(self) -> dict[str, list[tuple[int, int | None]]]:
+        """Per GPU UUID, (pid, GPU memory it uses) of every process on it, compute and graphics; the
+        memory None where NVML cannot say. A GPU whose processes cannot be read is left out."""
+        nvml = self._open()
+        out: dict[str, list[tuple[int, int | None]]] = {}
+        for _, uuid, handle in self._handles:
+            try:
+                found = [
+                    *nvml.nvmlDeviceGetComputeRunningProcesses(handle),
+                    *nvml.nvmlDeviceGetGraphicsRunningProcesses(handle),
+                ]
+            except Exception:
+                continue
+            out[uuid] = [(int(p.pid), _memory(p)) for p in found]
+        return out
+
     def close(self) -> None:
         if self._nvml is not None:
             with suppress(Exception):
                 self._nvml.nvmlShutdown()
             self._nvml = None
+
+
+def _memory(process: object) -> int | None:
+    used = getattr(process, "usedGpuMemory", None)
+    # NVML says "not available" (in a container, say) as None or as the largest 64-bit value.
+    return int(used) if isinstance(used, int) and 0 <= used < 1 << 63 else None
+
+
+def foreign_memory(gpu: GpuInfo, processes: list[tuple[int, int | None]] | None, queue_pids: set[int]) -> int | None:
+    """What stopping the queue's jobs would not free on `gpu`: all it uses, less what the queue's
+    own processes (`queue_pids`) hold there. None when that is not known."""
+    if processes is None:
+        return None
+    ours = 0
+    for pid, used in processes:
+        if pid in queue_pids:
+            if used is None:
+                return None
+            ours += used
+    return max(0, gpu.mem_used_bytes - ours)
 
 
 def resolve_gpus(texts: Sequence[str], gpus: Sequence[GpuInfo]) -> tuple[str, ...]:

@@ -27,14 +27,15 @@ Rules:
   `infer` job still would not start (say it waits behind a higher-ranked job that cannot start, or
   a higher-ranked job would take the freed GPUs), nothing is stopped for it.
 
-Memory: a running job's memory is part of `GpuState.mem_used_bytes` and how much of it belongs to
-which job is not known. When a GPU needs a job stopped, it is assumed that stopping the queue jobs
-on it frees at most everything used on it, so it counts as fitting when its total memory, less
-what jobs started in this pass reserve there, is at least the memory asked for. On a GPU where
-nothing is stopped, the memory asked for must be free as in `place_jobs`. The assumption may stop a
-job that does not make room (memory held outside the queue stays held); the daemon checks real free
-memory with `place_jobs` once the stopped jobs have exited, so the worst case is that the `infer`
-job waits longer, with the reason `place_jobs` gives.
+Memory: a running job's memory is part of `GpuState.mem_used_bytes`. Stopping the queue's jobs on
+a GPU frees what they hold, not what processes outside the queue hold (`mem_foreign_bytes`, which
+the daemon reads from NVML's process list when preemption may be needed). So a GPU that needs a
+job stopped counts as fitting when its total memory, less that foreign memory and less what jobs
+started in this pass reserve there, is at least the memory asked for: a batch job is never stopped
+for an `infer` job that would still not fit. Where the foreign memory is not known (NVML cannot
+say what each process uses), it is taken as none, and the daemon's next `place_jobs` once the
+stopped jobs have exited decides with the real free memory. On a GPU where nothing is stopped,
+the memory asked for must be free as in `place_jobs`.
 """
 
 from __future__ import annotations
@@ -106,8 +107,8 @@ def _to_stop(
             return None
     if any(h.id not in stoppable for h in held):
         return None
-    if need is not None and gpu.mem_total_bytes - board.reserved[gpu.uuid] < need:
-        return None
+    if need is not None and gpu.mem_total_bytes - (gpu.mem_foreign_bytes or 0) - board.reserved[gpu.uuid] < need:
+        return None  # what the queue's jobs do not hold stays held: stopping them makes too little room
     return frozenset(h.id for h in held)
 
 
@@ -160,7 +161,9 @@ def choose_preemptions(
             continue
         after = {**stopped, **{i: stoppable[i] for i in stop}}
         freed = {u for r in after.values() for u in r.gpu_uuids}
-        gpus_after = [dataclasses.replace(g, mem_used_bytes=0) if g.uuid in freed else g for g in gpus]
+        gpus_after = [
+            dataclasses.replace(g, mem_used_bytes=g.mem_foreign_bytes or 0) if g.uuid in freed else g for g in gpus
+        ]
         running_after = [r for r in running if r.id not in after]
         starts_after, _ = place_jobs(pending, running_after, gpus_after, now, config)
         mine = [s for s in starts_after if s.job_id == job.id]

@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import signal
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from contextlib import suppress
 from pathlib import Path
 from typing import Any
@@ -82,11 +82,21 @@ def _parents() -> dict[int, int]:
 
 def descendants(root: int, spare: frozenset[int] = frozenset()) -> set[int]:
     """Every live process below `root`, less those in `spare` and everything below them."""
+    return _below([root], spare)
+
+
+def trees(roots: Iterable[int]) -> set[int]:
+    """The roots and every live process below them, from one reading of /proc."""
+    roots = set(roots)
+    return (roots | _below(roots)) if roots else set()
+
+
+def _below(roots: Iterable[int], spare: frozenset[int] = frozenset()) -> set[int]:
     children: dict[int, list[int]] = {}
     for pid, ppid in _parents().items():
         children.setdefault(ppid, []).append(pid)
     found: set[int] = set()
-    pending = [p for p in children.get(root, []) if p not in spare]
+    pending = [p for root in roots for p in children.get(root, []) if p not in spare]
     while pending:
         pid = pending.pop()
         if pid not in found:

@@ -93,9 +93,11 @@ def plan_pass(
     now: float,
     config: QueueConfig = QueueConfig(),
     gpus_unknown: str = "the GPUs cannot be read",
+    foreign: Mapping[str, int | None] | None = None,
 ) -> Plan:
     """`gpus` None: the box has GPUs but they cannot be read now (NVML failed); then only jobs
-    that asked for no GPU (--gpus 0) may start, and the others wait with `gpus_unknown`."""
+    that asked for no GPU (--gpus 0) may start, and the others wait with `gpus_unknown`.
+    `foreign`: per GPU UUID, the memory used there that is not the queue's (for preemption)."""
     plan = Plan()
     eligible: list[Job] = []
     for job in queued:
@@ -139,7 +141,11 @@ def plan_pass(
         )
         for j in running
     ]
-    states = [GpuState(g.uuid, g.index, g.mem_total_bytes, g.mem_used_bytes, paused=g.uuid in paused) for g in gpus]
+    foreign = foreign or {}
+    states = [
+        GpuState(g.uuid, g.index, g.mem_total_bytes, g.mem_used_bytes, g.uuid in paused, foreign.get(g.uuid))
+        for g in gpus
+    ]
     starts, waits = place_jobs(requests, held, states, now, config.policy)
     plan.starts.extend(starts)
     plan.waits.update({w.job_id: w.reason for w in waits})

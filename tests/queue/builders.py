@@ -7,8 +7,11 @@ from gpubox.queue.policy import GpuState, JobRequest, RunningJob
 GIB = 1 << 30
 
 
-def gpu(index: int, total_gib: int = 80, used_gib: float = 0, paused: bool = False) -> GpuState:
-    return GpuState(f"GPU-{index}", index, total_gib * GIB, int(used_gib * GIB), paused)
+def gpu(
+    index: int, total_gib: int = 80, used_gib: float = 0, paused: bool = False, foreign_gib: float | None = None
+) -> GpuState:
+    foreign = None if foreign_gib is None else int(foreign_gib * GIB)
+    return GpuState(f"GPU-{index}", index, total_gib * GIB, int(used_gib * GIB), paused, foreign)
 
 
 def job(
@@ -18,11 +21,11 @@ def job(
     at: float = 0.0,
     gpus: int = 1,
     ids: tuple[str, ...] | None = None,
-    mem_gib: int | None = None,
+    mem_gib: float | None = None,
     limit: float | None = None,
     share: bool = False,
 ) -> JobRequest:
-    mem = mem_gib * GIB if mem_gib is not None else None
+    mem = int(mem_gib * GIB) if mem_gib is not None else None
     return JobRequest(id, kind, priority, at, gpus, ids, mem, limit, share)
 
 

@@ -134,6 +134,25 @@ def test_memory_is_judged_on_the_gpus_total_once_its_jobs_are_stopped() -> None:
     assert choose_preemptions([job(1, mem_gib=60)], running, [gpu(0, used_gib=70)], now=0) == [Preempt(5, 1)]
 
 
+def test_no_batch_job_is_stopped_when_memory_held_outside_the_queue_leaves_too_little() -> None:
+    # 50 GiB used by a process outside the queue stays used: 30 GiB at most would be free.
+    running = [run(5, "GPU-0")]
+    assert choose_preemptions([job(1, mem_gib=40)], running, [gpu(0, used_gib=50, foreign_gib=50)], now=0) == []
+    # With 30 GiB outside the queue (and 20 GiB of job 5's own), 50 GiB would be free: enough.
+    fits = [gpu(0, used_gib=50, foreign_gib=30)]
+    assert choose_preemptions([job(1, mem_gib=40)], running, fits, now=0) == [Preempt(5, 1)]
+    # The job asking for exactly what would be free fits; a byte more does not.
+    assert choose_preemptions([job(1, mem_gib=50)], running, fits, now=0) == [Preempt(5, 1)]
+    assert choose_preemptions([job(1, mem_gib=50.5)], running, fits, now=0) == []
+
+
+def test_the_gpu_where_stopping_makes_room_is_the_one_freed() -> None:
+    # Job 6 is the newer, but GPU 1 keeps 60 GiB held outside the queue: job 5's GPU is freed.
+    running = [run(5, "GPU-0"), run(6, "GPU-1")]
+    gpus = [gpu(0, used_gib=10, foreign_gib=0), gpu(1, used_gib=70, foreign_gib=60)]
+    assert choose_preemptions([job(1, mem_gib=40)], running, gpus, now=0) == [Preempt(5, 1)]
+
+
 def test_memory_held_outside_the_queue_on_a_gpu_without_jobs_counts() -> None:
     # GPU 0 has no queue job but 50 GiB used elsewhere: it cannot be freed, so job 5 on GPU 1 is stopped.
     running = [run(5, "GPU-1")]

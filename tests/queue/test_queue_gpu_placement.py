@@ -413,6 +413,36 @@ def test_an_infer_job_preempts_a_running_batch_job_when_turned_on(queue: QueueBo
     assert [(n, outcome) for n, outcome, _ in attempts(queue, infer)] == [(1, "succeeded")]
 
 
+def test_no_batch_job_is_stopped_for_an_infer_job_that_memory_outside_the_queue_keeps_out(queue: QueueBox) -> None:
+    # 50 GiB of the GPU's 80 are held by a process outside the queue: stopping the batch job
+    # would leave 30 GiB free, not the 40 GiB the infer job needs. The batch job runs on.
+    box = gpus(1, used={0: 50 * GIB})
+    work = start(queue, box, env={"GPUBOX_QUEUE_PREEMPT": "1"})
+    batch = add(queue, work, "--kind", "batch")
+    running_on(queue, batch)
+    infer = add(queue, work, "--kind", "infer", "--gpu-mem", "40G")
+    assert "needs 1 GPU with 40.0 GiB free" in listed(queue, infer, "held by")["reason"]
+    time.sleep(1.0)  # several scheduling passes (poll interval 0.2 s)
+    row = queue.job(batch)
+    assert (row["state"], row["attempt"], row["request"]) == ("running", 1, None)
+    assert [(n, outcome) for n, outcome, _ in attempts(queue, batch)] == [(1, None)]
+    release(work, batch, infer)
+    queue.wait_state(batch, ("succeeded",), WAIT)
+
+
+def test_a_batch_job_is_stopped_when_that_makes_room_beside_memory_outside_the_queue(queue: QueueBox) -> None:
+    box = gpus(1, used={0: 30 * GIB})  # stopping the batch job leaves 50 GiB free: enough
+    (uuid,) = uuids_of(box)
+    work = start(queue, box, env={"GPUBOX_QUEUE_PREEMPT": "1"})
+    batch = add(queue, work, "--kind", "batch")
+    running_on(queue, batch)
+    infer = add(queue, work, "--kind", "infer", "--gpu-mem", "40G")
+    assert running_on(queue, infer) == [uuid]
+    assert [(n, outcome) for n, outcome, _ in attempts(queue, batch)] == [(1, "preempted")]
+    release(work, batch, infer)
+    queue.wait_state(batch, ("succeeded",), WAIT)
+
+
 def test_nothing_is_preempted_unless_turned_on(queue: QueueBox) -> None:
     box = gpus(1)
     (uuid,) = uuids_of(box)
