@@ -15,6 +15,7 @@ import typer
 from gpubox.cli.queue_support import (
     add_jobs,
     box_gpus,
+    check_daemon_could_start,
     emit,
     emit_then_fail,
     errors,
@@ -308,6 +309,7 @@ def retry(ids: IDS, as_json: JSON = False) -> None:
 
     paths = queue_paths()
     with errors(), open_queue_store(paths) as store:
+        check_daemon_could_start(paths)  # a daemon that cannot start would never run them: nothing is queued
         jobs = store.requeue_all(ids)
     failure = wake(paths)
     emit_then_fail(
@@ -363,6 +365,8 @@ def resume(
             if len(gone) != 1:
                 raise
             target, label = gone[0], f"GPU {gone[0]}"
+        if target in store.paused():
+            check_daemon_could_start(paths)  # a daemon that cannot start would start nothing: it stays paused
         changed = store.resume(target)
         still = sorted(t for t in store.paused() if t != QUEUE) if target == QUEUE else []
     failure = wake(paths) if changed else None  # nothing was paused: nothing new to start
@@ -445,6 +449,7 @@ def edit(
                     refusal
                     or "nothing to change: give --priority, --gpus, --gpu, --gpu-mem, --time-limit or --no-time-limit"
                 )
+            check_daemon_could_start(paths)  # a daemon that cannot start would never run it: it is left as it was
             job = store.edit(job_id, changes)
     failure = wake(paths)
     emit_then_fail(

@@ -567,6 +567,38 @@ def test_a_job_no_daemon_could_run_is_not_stored(queue: QueueBox, after: bool) -
     assert queue.daemon_pid() is None
 
 
+CHANGES_FOR_A_DAEMON: list[tuple[str, ...]] = [
+    ("queue", "retry", "3"),
+    ("queue", "edit", "2", "--priority", "5"),
+    ("queue", "resume"),
+]
+
+
+@pytest.mark.parametrize("problem", ["bad-setting", "runtime-folder"])
+@pytest.mark.parametrize("args", CHANGES_FOR_A_DAEMON, ids=[" ".join(a) for a in CHANGES_FOR_A_DAEMON])
+def test_a_change_no_daemon_could_act_on_is_not_made(queue: QueueBox, problem: str, args: tuple[str, ...]) -> None:
+    """With no daemon running, a retry, an edit or a resume would start one that stops at once:
+    the change is refused before it is made, with `queue add`'s message and exit code."""
+    _seed_in_process(queue)
+    with JobStore(queue.db) as store:
+        store.request_stop(store.add(JobSpec(argv=("false",), gpus=0)).id, "cancel")  # job 3, ended
+    env: dict[str, str] = {}
+    if problem == "bad-setting":
+        env, code, fragment = {"GPUBOX_QUEUE_MAX_CPU_JOBS": "-1"}, USAGE, "GPUBOX_QUEUE_MAX_CPU_JOBS"
+    else:
+        queue.runtime_dir.mkdir(parents=True, exist_ok=True)
+        queue.runtime_dir.chmod(0o775)
+        code, fragment = FAILED, f"{queue.runtime_dir} is writable by other users (mode 0775)"
+    before = snapshot(queue.db)
+    added = queue("queue", "add", "--gpus", "0", "--", "true", env=env)
+    assert_one_error_line(added, code, fragment)
+    result = queue(*args, env=env)
+    assert_one_error_line(result, code, fragment)
+    assert result.stderr == added.stderr
+    assert snapshot(queue.db) == before
+    assert queue.daemon_pid() is None
+
+
 def test_daemon_refuses_a_bad_config_file(queue: QueueBox) -> None:
     _seed_in_process(queue)
     config = Path(queue.env["GPUBOX_SYSTEM_CONFIG"])
