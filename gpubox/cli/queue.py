@@ -68,10 +68,14 @@ def add(
     ] = None,
     retries: Annotated[int | None, typer.Option("--retries", help="Queue a failed job again, up to N times.")] = None,
     tag: Annotated[
-        list[str] | None, typer.Option("--tag", help="key=value, for reports (repeatable).", show_default=False)
+        list[str] | None,
+        typer.Option("--tag", help="key=value, for reports (repeatable; one value per key).", show_default=False),
     ] = None,
     env: Annotated[
-        list[str] | None, typer.Option("--env", help="NAME=value to set for the job (repeatable).", show_default=False)
+        list[str] | None,
+        typer.Option(
+            "--env", help="NAME=value to set for the job (repeatable; one value per name).", show_default=False
+        ),
     ] = None,
     cwd: Annotated[str | None, typer.Option("--cwd", help="Run there (default: the current directory).")] = None,
     shell: Annotated[bool, typer.Option("--shell", help="Run the command as one string through /bin/sh -c.")] = False,

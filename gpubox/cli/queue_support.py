@@ -199,7 +199,7 @@ def _store_jobs(command: Sequence[str] | None, opts: AddOptions, file: Path | No
     """The jobs of `queue add`, stored; the paths; whether a daemon was started for them."""
     from gpubox.queue.client import start_daemon_early
     from gpubox.queue.jobs import KINDS, check_spec
-    from gpubox.queue.submit import GpuLookup, build_spec, parse_job_file
+    from gpubox.queue.submit import GpuLookup, build_spec, check_options, parse_job_file
 
     try:
         base_cwd = os.getcwd()
@@ -211,6 +211,7 @@ def _store_jobs(command: Sequence[str] | None, opts: AddOptions, file: Path | No
     base_env = dict(os.environ)
     paths = queue_paths()
     with errors():
+        check_options(opts)
         if file is not None:
             if command:
                 raise ValueError("give either --file or a command, not both")

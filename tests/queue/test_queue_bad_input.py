@@ -211,6 +211,31 @@ CASES: list[tuple[str, tuple[str, ...], int, str]] = [
         "invalid environment variable '1BAD=x'",
     ),
     ("env-no-equals", ("queue", "add", "--env", "NOEQUALS", "--", "true"), USAGE, "invalid environment variable"),
+    # a key given twice with two values: which was meant cannot be known
+    (
+        "tag-twice",
+        ("queue", "add", "--gpus", "0", "--tag", "team=a", "--tag", "team=b", "--", "true"),
+        USAGE,
+        "gpubox: --tag team=a and --tag team=b disagree: give team once",
+    ),
+    (
+        "tag-twice-typer",  # a value that starts with a dash: Typer parses this one
+        ("queue", "add", "--name", "-x", "--gpus", "0", "--tag=team=a", "--tag", "team=b", "--", "true"),
+        USAGE,
+        "gpubox: --tag team=a and --tag team=b disagree: give team once",
+    ),
+    (
+        "env-twice",
+        ("queue", "add", "--gpus", "0", "--env", "K=1", "--env", "K=2", "--", "true"),
+        USAGE,
+        "gpubox: --env K=1 and --env K=2 disagree: give K once",
+    ),
+    (
+        "tag-twice-with-file",  # the command line's own error, not the file's first line's
+        ("queue", "add", "--gpus", "0", "--tag", "team=a", "--tag", "team=b", "--file", "{files}/good"),
+        USAGE,
+        "gpubox: --tag team=a and --tag team=b disagree: give team once",
+    ),
     (
         "cwd-missing",
         ("queue", "add", "--cwd", "/does/not/exist", "--", "true"),
