@@ -257,6 +257,17 @@ def strip_comment(line: str) -> str:
     return line
 
 
+def _one_value_per_key(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """A JSON object, whose key given twice with two values is refused (json.loads would keep
+    the last), as --tag and --env given twice are."""
+    doc: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in doc and doc[key] != value:
+            raise ValueError(f"{key!r} is given twice, with two values: give it once")
+        doc[key] = value
+    return doc
+
+
 def parse_job_file(text: str, source: str, defaults: AddOptions) -> list[tuple[int, list[str], AddOptions]]:
     """(line number, argv, options) for each job in a job file."""
     jobs: list[tuple[int, list[str], AddOptions]] = []
@@ -268,8 +279,8 @@ def parse_job_file(text: str, source: str, defaults: AddOptions) -> list[tuple[i
         try:
             if line.startswith("{"):
                 try:
-                    doc = json.loads(line)
-                except ValueError as exc:
+                    doc = json.loads(line, object_pairs_hook=_one_value_per_key)
+                except json.JSONDecodeError as exc:
                     raise ValueError(f"not valid JSON ({exc})") from None
                 argv, opts = _json_job(doc, defaults)
             else:

@@ -112,6 +112,8 @@ JOB_FILES = {
     "tag-name-with-equals": '{"cmd": "true", "gpus": 0, "tags": {"team=x": "nlp"}}\n',
     "lone-surrogate": 'true\n{"cmd": "echo \\ud800", "gpus": 0}\n',
     "lone-surrogate-env": '{"cmd": "true", "gpus": 0, "env": {"X": "\\udfff"}}\n',
+    "tag-twice": 'true\n{"cmd": "true", "gpus": 0, "tags": {"team": "a", "team": "b"}}\n',
+    "kind-twice": '{"cmd": "true", "gpus": 0, "kind": "train", "kind": "infer"}\n',
 }
 
 
@@ -316,6 +318,8 @@ CASES: list[tuple[str, tuple[str, ...], int, str]] = [
     ("file-nul", ("queue", "add", "--file", "{files}/nul-in-command"), USAGE, "nul-in-command:2: the command contains"),
     ("file-bad-tag", ("queue", "add", "--file", "{files}/bad-tag"), USAGE, "bad-tag:1: invalid tag 'a b=c'"),
     ("file-env-name-equals", ("queue", "add", "--file", "{files}/env-name-with-equals"), USAGE, "'A=B' in 'env'"),
+    ("file-tag-twice", ("queue", "add", "--file", "{files}/tag-twice"), USAGE, "tag-twice:2: 'team' is given twice"),
+    ("file-key-twice", ("queue", "add", "--file", "{files}/kind-twice"), USAGE, "kind-twice:1: 'kind' is given twice"),
     ("file-tag-name-equals", ("queue", "add", "--file", "{files}/tag-name-with-equals"), USAGE, "'team=x' in 'tags'"),
     (
         "file-lone-surrogate",
