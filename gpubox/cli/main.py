@@ -24,6 +24,10 @@ def main(argv: list[str] | None = None) -> int:
     """Run the command line `argv` (default: this program's). Given `argv`, gpubox runs inside
     another program (a test), whose signal handling it leaves as it found it."""
     try:
+        if argv is None:
+            from gpubox.cli.plain import fill_closed_streams
+
+            fill_closed_streams()  # before any file is opened, which would take a closed stream's fd
         args = sys.argv[1:] if argv is None else list(argv)
         if args == ["daemon"]:
             from gpubox.cli.daemon_run import run_daemon_plain

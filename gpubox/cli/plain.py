@@ -1,7 +1,7 @@
 """How a command ends, with Typer or without (a plain `queue add`, a plain `daemon`): an error in
 one line with its exit code, as the full command line says it (gpubox/cli/app.py); output that
-cannot be written; a reader that went away (exit 141); Ctrl-C (exit 130). Nothing here imports
-Typer."""
+cannot be written (also to a closed stdout); a reader that went away (exit 141); Ctrl-C (exit
+130). Nothing here imports Typer."""
 
 from __future__ import annotations
 
@@ -119,10 +119,44 @@ def output_unread() -> bool:
         return False
 
 
+_stdout_closed: list[bool] = []  # gpubox started with no stdout at all (`gpubox ... >&-`)
+
+
+def fill_closed_streams() -> None:
+    """Put /dev/null on each of fds 0, 1 and 2 that gpubox started without (`gpubox ls >&-`).
+
+    Else the first file gpubox opens (its database, a log) takes that fd, and what is written to
+    "stdout" or "stderr" lands in it. Stdin and stdout get /dev/null opened the other way round
+    (write-only, read-only), so reading stdin or writing stdout fails as on a closed fd (EBADF)
+    and a command's output fails in one line (output_failed); stderr gets it for writing, so a
+    diagnostic goes nowhere and the exit code stays the command's. Close-on-exec: a command that
+    gpubox runs (`gpubox run`) starts with the streams as gpubox got them, closed."""
+    import os
+
+    for fd, flags, name in ((0, os.O_WRONLY, "stdin"), (1, os.O_RDONLY, "stdout"), (2, os.O_WRONLY, "stderr")):
+        try:
+            os.fstat(fd)
+            continue
+        except OSError:
+            pass
+        opened = os.open(os.devnull, flags | os.O_CLOEXEC)  # the lowest free fd: this one
+        if opened != fd:
+            os.dup2(opened, fd, inheritable=False)
+            os.close(opened)
+        if fd == 1:
+            _stdout_closed.append(True)
+        # Python left the stream None. Stderr line-buffered, as Python's own.
+        mode, buffering = ("r", -1) if fd == 0 else ("w", 1 if fd == 2 else -1)
+        setattr(sys, name, open(fd, mode, buffering, errors="backslashreplace", closefd=False))  # noqa: SIM115
+
+
 def output_failed(exc: OSError) -> int:
-    """Output that could not be written (a full disk, say): one line, and nothing more tried on
-    stdout, which Python would otherwise flush again on the way out."""
-    sys.stderr.write(f"gpubox: cannot write the output: {exc.strerror or exc}\n")
+    """Output that could not be written (a full disk, a closed stdout): one line, and nothing
+    more tried on stdout, which Python would otherwise flush again on the way out."""
+    import errno
+
+    why = "standard output is closed" if _stdout_closed and exc.errno == errno.EBADF else exc.strerror or exc
+    sys.stderr.write(f"gpubox: cannot write the output: {why}\n")
     _discard_output()
     return int(ExitCode.FAILED)
 

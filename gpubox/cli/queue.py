@@ -15,6 +15,7 @@ import typer
 from gpubox.cli.queue_support import (
     add_jobs,
     box_gpus,
+    check_daemon_could_start,
     emit,
     emit_then_fail,
     errors,
@@ -67,10 +68,14 @@ def add(
     ] = None,
     retries: Annotated[int | None, typer.Option("--retries", help="Queue a failed job again, up to N times.")] = None,
     tag: Annotated[
-        list[str] | None, typer.Option("--tag", help="key=value, for reports (repeatable).", show_default=False)
+        list[str] | None,
+        typer.Option("--tag", help="key=value, for reports (repeatable; one value per key).", show_default=False),
     ] = None,
     env: Annotated[
-        list[str] | None, typer.Option("--env", help="NAME=value to set for the job (repeatable).", show_default=False)
+        list[str] | None,
+        typer.Option(
+            "--env", help="NAME=value to set for the job (repeatable; one value per name).", show_default=False
+        ),
     ] = None,
     cwd: Annotated[str | None, typer.Option("--cwd", help="Run there (default: the current directory).")] = None,
     shell: Annotated[bool, typer.Option("--shell", help="Run the command as one string through /bin/sh -c.")] = False,
@@ -308,6 +313,7 @@ def retry(ids: IDS, as_json: JSON = False) -> None:
 
     paths = queue_paths()
     with errors(), open_queue_store(paths) as store:
+        check_daemon_could_start(paths)  # a daemon that cannot start would never run them: nothing is queued
         jobs = store.requeue_all(ids)
     failure = wake(paths)
     emit_then_fail(
@@ -363,6 +369,8 @@ def resume(
             if len(gone) != 1:
                 raise
             target, label = gone[0], f"GPU {gone[0]}"
+        if target in store.paused():
+            check_daemon_could_start(paths)  # a daemon that cannot start would start nothing: it stays paused
         changed = store.resume(target)
         still = sorted(t for t in store.paused() if t != QUEUE) if target == QUEUE else []
     failure = wake(paths) if changed else None  # nothing was paused: nothing new to start
@@ -445,6 +453,7 @@ def edit(
                     refusal
                     or "nothing to change: give --priority, --gpus, --gpu, --gpu-mem, --time-limit or --no-time-limit"
                 )
+            check_daemon_could_start(paths)  # a daemon that cannot start would never run it: it is left as it was
             job = store.edit(job_id, changes)
     failure = wake(paths)
     emit_then_fail(

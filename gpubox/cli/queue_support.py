@@ -129,6 +129,17 @@ class SaidAlready(GpuboxError):
     """A failure the command's output carries already (in its JSON envelope's errors)."""
 
 
+def check_daemon_could_start(paths: Paths) -> None:
+    """Before a change that only a daemon acts on (a job stored, queued again, edited, a queue
+    resumed): when none runs, one that would stop at once on its settings or folders refuses
+    the change, as GpuboxError, before it is made."""
+    from gpubox.queue.client import check_daemon_start
+    from gpubox.queue.layout import lock_holder
+
+    if lock_holder(paths) is None:
+        check_daemon_start(paths)
+
+
 def wake(paths: Paths, started: bool = False) -> GpuboxError | None:
     """Wake the daemon (start it when none runs) after a change that is committed: its failure,
     to be said after the change's own output, which must not be lost; None when it is up."""
@@ -186,10 +197,9 @@ def add_jobs(command: Sequence[str] | None, opts: AddOptions, file: Path | None,
 
 def _store_jobs(command: Sequence[str] | None, opts: AddOptions, file: Path | None) -> tuple[list[Job], Paths, bool]:
     """The jobs of `queue add`, stored; the paths; whether a daemon was started for them."""
-    from gpubox.queue.client import check_daemon_start, start_daemon_early
+    from gpubox.queue.client import start_daemon_early
     from gpubox.queue.jobs import KINDS, check_spec
-    from gpubox.queue.layout import lock_holder
-    from gpubox.queue.submit import GpuLookup, build_spec, parse_job_file
+    from gpubox.queue.submit import GpuLookup, build_spec, check_options, parse_job_file
 
     try:
         base_cwd = os.getcwd()
@@ -201,6 +211,7 @@ def _store_jobs(command: Sequence[str] | None, opts: AddOptions, file: Path | No
     base_env = dict(os.environ)
     paths = queue_paths()
     with errors():
+        check_options(opts)
         if file is not None:
             if command:
                 raise ValueError("give either --file or a command, not both")
@@ -225,8 +236,8 @@ def _store_jobs(command: Sequence[str] | None, opts: AddOptions, file: Path | No
             # stored, gets ready while they are written. Not for jobs with dependencies, which
             # the check below (a read of the database) may still refuse.
             started = not any(spec.after for spec in specs) and start_daemon_early(paths)
-            if not started and lock_holder(paths) is None:
-                check_daemon_start(paths)  # one that would stop on its settings: refused before anything is stored
+            if not started:
+                check_daemon_could_start(paths)
             if file is not None:  # name the line of a dependency that does not exist
                 for (number, _, _), spec in zip(entries, specs, strict=True):
                     for dep in spec.after:

@@ -59,6 +59,28 @@ class GpuLookup:
         return self._gpus
 
 
+def option_pairs(items: Sequence[str], parse: Callable[[str], tuple[str, str]], option: str) -> dict[str, str]:
+    """The values of a repeatable key=value option (--tag, --env) by key. A key given twice with
+    two values is refused (ValueError): which one was meant cannot be known, and keeping the
+    last would drop the other without a word. The same pair twice says nothing new: it is one."""
+    pairs: dict[str, str] = {}
+    first: dict[str, str] = {}
+    for item in items:
+        key, value = parse(item)
+        if key in pairs and pairs[key] != value:
+            raise ValueError(f"{option} {first[key]} and {option} {item} disagree: give {key} once")
+        pairs[key] = value
+        first.setdefault(key, item)
+    return pairs
+
+
+def check_options(opts: AddOptions) -> None:
+    """The options given on the command line, checked before any job file is read: an error in
+    them is theirs, not a line's."""
+    option_pairs(opts.tags, parse_tag, "--tag")
+    option_pairs(opts.env, parse_env, "--env")
+
+
 def build_spec(
     argv: Sequence[str],
     opts: AddOptions,
@@ -70,14 +92,8 @@ def build_spec(
     words = [w for w in argv]
     if not words or not words[0].strip():
         raise ValueError(NO_COMMAND)
-    env = dict(base_env)
-    for item in opts.env:
-        key, value = parse_env(item)
-        env[key] = value
-    tags: dict[str, str] = {}
-    for item in opts.tags:
-        key, value = parse_tag(item)
-        tags[key] = value
+    env = {**base_env, **option_pairs(opts.env, parse_env, "--env")}
+    tags = option_pairs(opts.tags, parse_tag, "--tag")
     if opts.cwd == "":
         raise ValueError("the working directory (--cwd) is empty")
     cwd = os.path.abspath(os.path.join(base_cwd, os.path.expanduser(opts.cwd))) if opts.cwd else base_cwd
@@ -198,8 +214,10 @@ def _json_job(doc: Any, defaults: AddOptions) -> tuple[list[str], AddOptions]:
             for name in doc[key]:
                 if "=" in name:  # joined below as name=value, it would split elsewhere
                     raise ValueError(f"invalid name {name!r} in {key!r}: a name has no '='")
-            pairs = tuple(f"{k}={_as_text(v, key)}" for k, v in doc[key].items())
-            changes[key] = (*getattr(defaults, key), *pairs)
+            line = {k: _as_text(v, key) for k, v in doc[key].items()}
+            # The line's own value of a key replaces the command line's, as for every option.
+            kept = tuple(item for item in getattr(defaults, key) if item.partition("=")[0] not in line)
+            changes[key] = (*kept, *(f"{k}={v}" for k, v in line.items()))
     opts = replace(opts, **changes)
     if ("cmd" in doc) == ("argv" in doc):
         raise ValueError('give the command as "cmd" (a string) or "argv" (a list), one of them')
@@ -239,6 +257,17 @@ def strip_comment(line: str) -> str:
     return line
 
 
+def _one_value_per_key(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """A JSON object, whose key given twice with two values is refused (json.loads would keep
+    the last), as --tag and --env given twice are."""
+    doc: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in doc and doc[key] != value:
+            raise ValueError(f"{key!r} is given twice, with two values: give it once")
+        doc[key] = value
+    return doc
+
+
 def parse_job_file(text: str, source: str, defaults: AddOptions) -> list[tuple[int, list[str], AddOptions]]:
     """(line number, argv, options) for each job in a job file."""
     jobs: list[tuple[int, list[str], AddOptions]] = []
@@ -250,8 +279,8 @@ def parse_job_file(text: str, source: str, defaults: AddOptions) -> list[tuple[i
         try:
             if line.startswith("{"):
                 try:
-                    doc = json.loads(line)
-                except ValueError as exc:
+                    doc = json.loads(line, object_pairs_hook=_one_value_per_key)
+                except json.JSONDecodeError as exc:
                     raise ValueError(f"not valid JSON ({exc})") from None
                 argv, opts = _json_job(doc, defaults)
             else:

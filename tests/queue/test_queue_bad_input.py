@@ -112,6 +112,8 @@ JOB_FILES = {
     "tag-name-with-equals": '{"cmd": "true", "gpus": 0, "tags": {"team=x": "nlp"}}\n',
     "lone-surrogate": 'true\n{"cmd": "echo \\ud800", "gpus": 0}\n',
     "lone-surrogate-env": '{"cmd": "true", "gpus": 0, "env": {"X": "\\udfff"}}\n',
+    "tag-twice": 'true\n{"cmd": "true", "gpus": 0, "tags": {"team": "a", "team": "b"}}\n',
+    "kind-twice": '{"cmd": "true", "gpus": 0, "kind": "train", "kind": "infer"}\n',
 }
 
 
@@ -211,6 +213,31 @@ CASES: list[tuple[str, tuple[str, ...], int, str]] = [
         "invalid environment variable '1BAD=x'",
     ),
     ("env-no-equals", ("queue", "add", "--env", "NOEQUALS", "--", "true"), USAGE, "invalid environment variable"),
+    # a key given twice with two values: which was meant cannot be known
+    (
+        "tag-twice",
+        ("queue", "add", "--gpus", "0", "--tag", "team=a", "--tag", "team=b", "--", "true"),
+        USAGE,
+        "gpubox: --tag team=a and --tag team=b disagree: give team once",
+    ),
+    (
+        "tag-twice-typer",  # a value that starts with a dash: Typer parses this one
+        ("queue", "add", "--name", "-x", "--gpus", "0", "--tag=team=a", "--tag", "team=b", "--", "true"),
+        USAGE,
+        "gpubox: --tag team=a and --tag team=b disagree: give team once",
+    ),
+    (
+        "env-twice",
+        ("queue", "add", "--gpus", "0", "--env", "K=1", "--env", "K=2", "--", "true"),
+        USAGE,
+        "gpubox: --env K=1 and --env K=2 disagree: give K once",
+    ),
+    (
+        "tag-twice-with-file",  # the command line's own error, not the file's first line's
+        ("queue", "add", "--gpus", "0", "--tag", "team=a", "--tag", "team=b", "--file", "{files}/good"),
+        USAGE,
+        "gpubox: --tag team=a and --tag team=b disagree: give team once",
+    ),
     (
         "cwd-missing",
         ("queue", "add", "--cwd", "/does/not/exist", "--", "true"),
@@ -291,6 +318,8 @@ CASES: list[tuple[str, tuple[str, ...], int, str]] = [
     ("file-nul", ("queue", "add", "--file", "{files}/nul-in-command"), USAGE, "nul-in-command:2: the command contains"),
     ("file-bad-tag", ("queue", "add", "--file", "{files}/bad-tag"), USAGE, "bad-tag:1: invalid tag 'a b=c'"),
     ("file-env-name-equals", ("queue", "add", "--file", "{files}/env-name-with-equals"), USAGE, "'A=B' in 'env'"),
+    ("file-tag-twice", ("queue", "add", "--file", "{files}/tag-twice"), USAGE, "tag-twice:2: 'team' is given twice"),
+    ("file-key-twice", ("queue", "add", "--file", "{files}/kind-twice"), USAGE, "kind-twice:1: 'kind' is given twice"),
     ("file-tag-name-equals", ("queue", "add", "--file", "{files}/tag-name-with-equals"), USAGE, "'team=x' in 'tags'"),
     (
         "file-lone-surrogate",
@@ -563,6 +592,38 @@ def test_a_job_no_daemon_could_run_is_not_stored(queue: QueueBox, after: bool) -
     dependency = ("--after", "1") if after else ()
     result = queue("queue", "add", "--gpus", "0", *dependency, "--", "true", env={"GPUBOX_QUEUE_MAX_CPU_JOBS": "-1"})
     assert_one_error_line(result, USAGE, "GPUBOX_QUEUE_MAX_CPU_JOBS")
+    assert snapshot(queue.db) == before
+    assert queue.daemon_pid() is None
+
+
+CHANGES_FOR_A_DAEMON: list[tuple[str, ...]] = [
+    ("queue", "retry", "3"),
+    ("queue", "edit", "2", "--priority", "5"),
+    ("queue", "resume"),
+]
+
+
+@pytest.mark.parametrize("problem", ["bad-setting", "runtime-folder"])
+@pytest.mark.parametrize("args", CHANGES_FOR_A_DAEMON, ids=[" ".join(a) for a in CHANGES_FOR_A_DAEMON])
+def test_a_change_no_daemon_could_act_on_is_not_made(queue: QueueBox, problem: str, args: tuple[str, ...]) -> None:
+    """With no daemon running, a retry, an edit or a resume would start one that stops at once:
+    the change is refused before it is made, with `queue add`'s message and exit code."""
+    _seed_in_process(queue)
+    with JobStore(queue.db) as store:
+        store.request_stop(store.add(JobSpec(argv=("false",), gpus=0)).id, "cancel")  # job 3, ended
+    env: dict[str, str] = {}
+    if problem == "bad-setting":
+        env, code, fragment = {"GPUBOX_QUEUE_MAX_CPU_JOBS": "-1"}, USAGE, "GPUBOX_QUEUE_MAX_CPU_JOBS"
+    else:
+        queue.runtime_dir.mkdir(parents=True, exist_ok=True)
+        queue.runtime_dir.chmod(0o775)
+        code, fragment = FAILED, f"{queue.runtime_dir} is writable by other users (mode 0775)"
+    before = snapshot(queue.db)
+    added = queue("queue", "add", "--gpus", "0", "--", "true", env=env)
+    assert_one_error_line(added, code, fragment)
+    result = queue(*args, env=env)
+    assert_one_error_line(result, code, fragment)
+    assert result.stderr == added.stderr
     assert snapshot(queue.db) == before
     assert queue.daemon_pid() is None
 

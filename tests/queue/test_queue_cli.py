@@ -184,6 +184,24 @@ def test_add_file_with_commands_comments_and_json_lines(queue: QueueBox, tmp_pat
     assert piped["name"] == "piped" and piped["gpus_requested"] == 0
 
 
+def test_a_tag_or_variable_given_twice_alike_is_kept_once_and_a_file_line_overrides_the_command_line(
+    queue: QueueBox, tmp_path: Path
+) -> None:
+    """Only two values for one key are refused (tests/queue/test_queue_bad_input.py): the same
+    pair twice is one, and a job file's line gives its own value of a key the command line gave."""
+    ok(queue("queue", "pause"))
+    twice = ("--tag", "team=a", "--tag", "team=a", "--env", "K=1", "--env", "K=1")
+    (alike,) = ids_of(ok(queue("queue", "add", "--gpus", "0", *twice, "--", "true")))
+    jobs = tmp_path / "jobs.txt"
+    jobs.write_text('true\n{"cmd": "true", "tags": {"team": "b"}, "env": {"K": "2"}}\n')
+    default, own = ids_of(
+        ok(queue("queue", "add", "--gpus", "0", "--tag", "team=a", "--env", "K=1", "--file", str(jobs)))
+    )
+    for job_id, value, env in ((alike, "a", "1"), (default, "a", "1"), (own, "b", "2")):
+        job = show(queue, job_id)["job"]
+        assert (job["tags"], job["env"]["K"]) == ({"team": value}, env)
+
+
 def test_a_job_file_is_read_as_a_shell_reads_comments_and_as_editors_write_it(queue: QueueBox, tmp_path: Path) -> None:
     ok(queue("queue", "pause"))
     jobs = tmp_path / "jobs.txt"

@@ -160,15 +160,18 @@ def test_resume_with_nothing_paused_needs_no_daemon(queue: QueueBox) -> None:
     assert resumed.stderr == f"gpubox: {NO_DAEMON}\n"
 
 
-def test_a_bad_setting_after_a_change_is_a_daemon_that_cannot_start(queue: QueueBox) -> None:
-    """The change is committed: it is said, and the exit code is 4 (no daemon), not 2 (nothing done)."""
+def test_a_bad_setting_refuses_a_retry_before_it_is_made(queue: QueueBox) -> None:
+    """A daemon that would stop on its settings could never run the job: nothing is queued again,
+    and the exit code is the setting's (2), as for `queue add`, not 4 after a committed change."""
     job = queue.add("--gpus", "0", "--", "false")
     queue.wait_state(job, ("failed",), WAIT)
     assert queue("daemon", "stop").returncode == 0
-    retried = queue("queue", "retry", str(job), env={"GPUBOX_QUEUE_PREEMPT": "2"})
-    assert (retried.returncode, retried.stdout) == (4, f"job {job}: queued\n")
-    assert retried.stderr.startswith("gpubox: could not start the daemon (environment variable GPUBOX_QUEUE_PREEMPT")
-    assert queue.job(job)["state"] == "queued"
+    retried = queue("queue", "retry", str(job), "--json", env={"GPUBOX_QUEUE_PREEMPT": "2"})
+    assert retried.returncode == 2
+    assert retried.stderr.startswith("gpubox: environment variable GPUBOX_QUEUE_PREEMPT")
+    doc = envelope(retried)
+    assert doc["data"] is None and doc["errors"] == [retried.stderr.removeprefix("gpubox: ").rstrip("\n")]
+    assert queue.job(job)["state"] == "failed"
 
 
 def test_a_job_that_cancels_itself_while_no_daemon_runs_is_recorded_cancelled(queue: QueueBox, tmp_path: Path) -> None:
