@@ -20,6 +20,7 @@ from gpubox.cli.queue_support import (
     emit_then_fail,
     errors,
     gpu_index,
+    joined,
     json_command,
     keep_daemon,
     live_reasons,
@@ -57,11 +58,21 @@ def add(
         int | None,
         typer.Option("--gpus", help="How many GPUs (default: 1 on a box with GPUs; 0 makes a CPU-only job)."),
     ] = None,
-    gpu: Annotated[str | None, typer.Option("--gpu", help="These GPUs: indexes or UUIDs, as 0,2.")] = None,
+    gpu: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--gpu", help="These GPUs: indexes or UUIDs, as 0,2 (repeatable: they add up).", show_default=False
+        ),
+    ] = None,
     gpu_mem: Annotated[str | None, typer.Option("--gpu-mem", help="Free memory needed on each GPU, as 40G.")] = None,
     priority: Annotated[int | None, typer.Option("--priority", help="Higher runs first (default 0).")] = None,
     after: Annotated[
-        str | None, typer.Option("--after", help="Run when these jobs have succeeded: ID[,ID...].")
+        list[str] | None,
+        typer.Option(
+            "--after",
+            help="Run when these jobs have succeeded: ID[,ID...] (repeatable: they add up).",
+            show_default=False,
+        ),
     ] = None,
     time_limit: Annotated[
         str | None, typer.Option("--time-limit", help="Stop the job after this long, as 90m or 2h.")
@@ -78,7 +89,12 @@ def add(
         ),
     ] = None,
     cwd: Annotated[str | None, typer.Option("--cwd", help="Run there (default: the current directory).")] = None,
-    shell: Annotated[bool, typer.Option("--shell", help="Run the command as one string through /bin/sh -c.")] = False,
+    shell: Annotated[
+        bool,
+        typer.Option(
+            "--shell", help="Run the command through /bin/sh -c; its words are joined with spaces, so quote it whole."
+        ),
+    ] = False,
     no_probe: Annotated[bool, typer.Option("--no-probe", help="Do not attach the dataloader probe.")] = False,
     share: Annotated[
         bool, typer.Option("--share", help="May share GPUs with other --share jobs where memory fits.")
@@ -100,10 +116,10 @@ def add(
         name=name,
         kind=kind,
         gpus=gpus,
-        gpu=gpu,
+        gpu=joined(gpu),
         gpu_mem=gpu_mem,
         priority=priority,
-        after=after,
+        after=joined(after),
         time_limit=time_limit,
         retries=retries,
         tags=tuple(tag or ()),

@@ -15,17 +15,17 @@ from typing import Any
 from gpubox.cli.plain import run_plain
 from gpubox.exit_codes import ExitCode
 
-TEXT = {"--name": "name", "--kind": "kind", "--gpu": "gpu", "--gpu-mem": "gpu_mem", "--after": "after"}
+TEXT = {"--name": "name", "--kind": "kind", "--gpu-mem": "gpu_mem"}
 TEXT |= {"--time-limit": "time_limit", "--cwd": "cwd", "--file": "file"}
 WHOLE = {"--gpus": "gpus", "--priority": "priority", "--retries": "retries"}
-MANY = {"--tag": "tag", "--env": "env"}
+MANY = {"--tag": "tag", "--env": "env", "--gpu": "gpu", "--after": "after"}
 FLAGS = {"--shell": "shell", "--no-probe": "no_probe", "--share": "share", "--json": "as_json"}
 _INT = re.compile(r"[0-9]+")
 
 
 def parse(args: list[str]) -> tuple[list[str], dict[str, Any]] | None:
     """(command, option values) for a plain command line; None for anything Typer should see."""
-    values: dict[str, Any] = {"tag": [], "env": []}
+    values: dict[str, Any] = {"tag": [], "env": [], "gpu": [], "after": []}
     i = 0
     command: list[str] = []
     while i < len(args):
@@ -65,17 +65,17 @@ def run_fast(args: list[str]) -> int | None:
     if parsed is None:
         return None
     command, v = parsed
-    from gpubox.cli.queue_support import add_jobs
+    from gpubox.cli.queue_support import add_jobs, joined
     from gpubox.queue.submit import AddOptions
 
     opts = AddOptions(
         name=v.get("name"),
         kind=v.get("kind"),
         gpus=v.get("gpus"),
-        gpu=v.get("gpu"),
+        gpu=joined(v["gpu"]),
         gpu_mem=v.get("gpu_mem"),
         priority=v.get("priority"),
-        after=v.get("after"),
+        after=joined(v["after"]),
         time_limit=v.get("time_limit"),
         retries=v.get("retries"),
         tags=tuple(v["tag"]),

@@ -245,3 +245,8 @@ def _store_jobs(command: Sequence[str] | None, opts: AddOptions, file: Path | No
                             raise ValueError(f"{file}:{number}: job {dep} (named in after) does not exist")
             jobs = store.add_many(specs)
     return jobs, paths, started
+
+
+def joined(values: list[str] | None) -> str | None:
+    """A list option given several times (--gpu 0 --gpu 1): one list, as --gpu 0,1."""
+    return ",".join(values) if values else None

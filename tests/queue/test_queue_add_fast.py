@@ -42,9 +42,15 @@ def test_unusual_command_lines_go_to_typer(args: list[str]) -> None:
 def test_plain_command_lines_are_parsed() -> None:
     assert parse(["--gpus", "2", "--tag=a=b", "--tag", "c=d", "--json", "python", "x.py", "--lr", "3"]) == (
         ["python", "x.py", "--lr", "3"],
-        {"tag": ["a=b", "c=d"], "env": [], "gpus": 2, "as_json": True},
+        {"tag": ["a=b", "c=d"], "env": [], "gpu": [], "after": [], "gpus": 2, "as_json": True},
     )
-    assert parse(["--name", "n", "--", "--weird-command"]) == (["--weird-command"], {"tag": [], "env": [], "name": "n"})
+    none: dict[str, list[str]] = {"tag": [], "env": [], "gpu": [], "after": []}
+    assert parse(["--name", "n", "--", "--weird-command"]) == (["--weird-command"], {**none, "name": "n"})
+    # List options given twice add up (as Typer's path joins them).
+    assert parse(["--gpu", "0", "--gpu=2", "--after", "4,5", "--after", "7", "true"]) == (
+        ["true"],
+        {**none, "gpu": ["0", "2"], "after": ["4,5", "7"]},
+    )
 
 
 def _stored(queue: QueueBox, job_id: int) -> dict[str, object]:
@@ -107,6 +113,23 @@ def test_both_paths_store_the_same_job(queue: QueueBox, tmp_path: os.PathLike[st
         check=True,
     )
     assert _stored(queue, fast) == _stored(queue, int(slow.stdout))
+
+
+def test_after_given_twice_waits_for_every_job_named_on_both_paths(queue: QueueBox) -> None:
+    queue("queue", "pause")
+    first, second, third = (queue.add("--gpus", "0", "--", "true") for _ in range(3))
+    args = ["--gpus", "0", "--after", f"{first},{second}", "--after", str(third), "--", "true"]
+    fast = queue.add(*args)
+    code = "import sys; from gpubox.cli.app import run; sys.exit(run(sys.argv[1:]))"
+    slow = subprocess.run(
+        [sys.executable, "-c", code, "queue", "add", *args],
+        env={**os.environ, **queue.env},
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    for job_id in (fast, int(slow.stdout)):
+        assert _stored(queue, job_id)["after"] == [first, second, third]
 
 
 def test_the_fast_path_does_not_import_typer(queue: QueueBox) -> None:
