@@ -476,7 +476,8 @@ def _usage(node: Node) -> list[tuple[str, str]]:
     if node.ends_options and node.arguments:
         pieces.append(("R", "[--]"))
     for a in node.arguments:
-        name, dots = a.metavar or a.names[0], "..." if a.many else ""
+        name = a.metavar or a.names[0]
+        dots = "..." if a.many and not name.endswith("...") else ""  # a metavar of ID... says it already
         pieces += [("I", name), ("R", dots)] if a.required else [("R", "["), ("I", name), ("R", "]" + dots)]
     return [(font, text) for font, text in pieces if text]
 

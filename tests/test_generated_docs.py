@@ -6,6 +6,7 @@ from __future__ import annotations
 import difflib
 import importlib.util
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -137,6 +138,8 @@ def test_man_page_has_every_section_and_renders_without_warnings(page: str) -> N
     text = (ROOT / "man" / page).read_text()
     for section in MAN_SECTIONS:
         assert f".SH {section}\n" in text or f'.SH "{section}"\n' in text, f"{page} has no {section} section"
+    # A synopsis says "many" once: ID..., not ID...... (an argument whose name says it already).
+    assert not re.search(r"\.\.\.(\\f[BIR])?\.\.\.", text), f"{page} repeats an ellipsis"
     if shutil.which("groff") is None:
         pytest.skip("groff is not installed")
     result = subprocess.run(
