@@ -299,6 +299,10 @@ def place_jobs(
             # only the jobs ahead that could start on a GPU it takes can be delayed by it.
             passing = [g for g in others if _behind(job, _wanting(blocked, {g.uuid}), now, config) is None]
         rest = [g for g in others if g not in passing]
+        if job.share:  # a GPU nobody uses before one it would share: co-located only when it must be
+            aside, passing, rest = (
+                sorted(group, key=lambda g: len(board.holders[g.uuid])) for group in (aside, passing, rest)
+            )
         fit = aside + passing + rest
         if job.gpu_ids is None:
             fit = fit[: job.gpus]

@@ -6,6 +6,7 @@ import copy
 
 from gpubox.queue.policy import (
     PolicyConfig,
+    RunningJob,
     Start,
     Wait,
     place_jobs,
@@ -49,6 +50,21 @@ def test_share_jobs_colocate_where_memory_fits() -> None:
     assert starts == [Start(1, ("GPU-0",))]
     starts, waits = place_jobs([job(1, "infer", mem_gib=60, share=True)], running, gpus, now=0)
     assert waits == [Wait(1, "needs 1 GPU with 60.0 GiB free: GPU 0 has 50.0 GiB free")]
+
+
+def test_share_jobs_take_gpus_nobody_uses_before_sharing_one() -> None:
+    gpus = [gpu(i) for i in range(4)]
+    running: list[RunningJob] = []
+    placed = []
+    for job_id in range(1, 7):  # one at a time, each running when the next is placed
+        (start,), _ = place_jobs([job(job_id, share=True)], running, gpus, now=0)
+        placed.append(start.gpu_uuids[0])
+        running.append(run(job_id, *start.gpu_uuids, share=True))
+    assert sorted(placed[:4]) == ["GPU-0", "GPU-1", "GPU-2", "GPU-3"]
+    assert placed[4] != placed[5]  # then shared, each GPU by two at most
+    # Started in one pass, they spread too.
+    starts, _ = place_jobs([job(i, at=i, share=True) for i in range(1, 4)], [], gpus, now=0)
+    assert sorted(s.gpu_uuids[0] for s in starts) == ["GPU-0", "GPU-1", "GPU-2"]
 
 
 def test_share_does_not_mix_with_exclusive_jobs() -> None:
