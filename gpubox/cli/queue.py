@@ -292,6 +292,7 @@ def wait(
     as_json: JSON = False,
 ) -> None:
     """Wait for jobs to end; exit with the job's own exit code (the first failed one's, for several)."""
+    from gpubox.format import span
     from gpubox.queue.client import exit_code_for, wait_jobs, wake_daemon
     from gpubox.queue.jobs import END_STATES
     from gpubox.queue.parse import parse_duration
@@ -308,7 +309,8 @@ def wait(
     if jobs is None:
         named = ", ".join(map(str, ids))
         said = f"job(s) {named} not ended yet (--timeout {timeout})" if limit == 0 else None
-        raise GpuboxError(said or f"timed out after {timeout} waiting for job(s) {named}", ExitCode.TIMED_OUT)
+        waited = span(limit) if limit is not None else timeout  # as --timeout takes it: 1s, not a bare 1
+        raise GpuboxError(said or f"timed out after {waited} waiting for job(s) {named}", ExitCode.TIMED_OUT)
     code = exit_code_for(jobs)
     lines = [f"job {j.id}: {j.state}" + ("" if j.exit_code is None else f" (exit {j.exit_code})") for j in jobs]
     emit(
@@ -347,6 +349,8 @@ def _pause_target(gpu: str | None) -> tuple[str, str]:
 
     if gpu is None:
         return QUEUE, "the queue"
+    if not gpu.strip():
+        raise ValueError("--gpu is empty: expected one GPU, by index or UUID")
     if "," in gpu:
         raise ValueError(f"--gpu takes one GPU (an index or a UUID), not the list {gpu!r}: one command each")
     box = box_gpus(f"--gpu {gpu} names a GPU")
@@ -449,25 +453,29 @@ def edit(
         changes: dict[str, Any] = {}
         if priority is not None:
             changes["priority"] = priority
-        if gpus is not None or gpu is not None or gpu_mem is not None:
-            # The same checks as `queue add`, against this box's GPUs.
-            probe = build_spec(["-"], AddOptions(gpus=gpus, gpu=gpu, gpu_mem=gpu_mem), {}, "/", GpuLookup(box_gpus))
-            if gpus is not None or gpu is not None:
-                changes["gpus"], changes["gpu_ids"] = probe.gpus, probe.gpu_ids
-            if gpu_mem is not None:
-                changes["gpu_mem_bytes"] = parse_size(gpu_mem)
-            elif gpus == 0:
-                changes["gpu_mem_bytes"] = None
         if time_limit is not None:
             changes["time_limit_s"] = parse_duration(time_limit)
         if no_time_limit:
             changes["time_limit_s"] = None
         with open_queue_store(paths) as store:
-            if not changes:  # a job that cannot be edited says so first: no option would help
-                refusal = not_editable(job_id, store.require(job_id).state)
+            # A job that does not exist or cannot be edited says so first: no option would help,
+            # and the GPUs need not be asked about.
+            refusal = not_editable(job_id, store.require(job_id).state)
+            if refusal:
+                raise ValueError(refusal)
+            if gpus is not None or gpu is not None or gpu_mem is not None:
+                # The same checks as `queue add`, against this box's GPUs.
+                opts = AddOptions(gpus=gpus, gpu=gpu, gpu_mem=gpu_mem)
+                probe = build_spec(["-"], opts, {}, "/", GpuLookup(box_gpus))
+                if gpus is not None or gpu is not None:
+                    changes["gpus"], changes["gpu_ids"] = probe.gpus, probe.gpu_ids
+                if gpu_mem is not None:
+                    changes["gpu_mem_bytes"] = parse_size(gpu_mem)
+                elif gpus == 0:
+                    changes["gpu_mem_bytes"] = None
+            if not changes:
                 raise ValueError(
-                    refusal
-                    or "nothing to change: give --priority, --gpus, --gpu, --gpu-mem, --time-limit or --no-time-limit"
+                    "nothing to change: give --priority, --gpus, --gpu, --gpu-mem, --time-limit or --no-time-limit"
                 )
             check_daemon_could_start(paths)  # a daemon that cannot start would never run it: it is left as it was
             job = store.edit(job_id, changes)

@@ -401,6 +401,9 @@ CASES: list[tuple[str, tuple[str, ...], int, str]] = [
     ("edit-gpus-0-with-gpu-mem", ("queue", "edit", "{queued}", "--gpus", "0", "--gpu-mem", "1G"), USAGE, "--gpus 0"),
     ("edit-priority-too-high", ("queue", "edit", "{queued}", "--priority", "5000"), USAGE, "priority 5000"),
     ("edit-gpu", ("queue", "edit", "{queued}", "--gpu", "0"), NO_GPU, "NVML"),
+    # A job that does not exist or does not wait says so before the GPUs are asked about.
+    ("edit-missing-job-gpu", ("queue", "edit", "999", "--gpu", "0"), USAGE, "job 999 does not exist"),
+    ("edit-running-gpus", ("queue", "edit", "{running}", "--gpus", "2"), USAGE, "is running; only a queued job"),
     # queue clean / wait / pause / resume
     ("clean-bad-age", ("queue", "clean", "--older-than", "soon"), USAGE, "invalid duration 'soon'"),
     ("clean-negative-age", ("queue", "clean", "--older-than", "-1d"), USAGE, "invalid duration '-1d'"),
@@ -408,8 +411,11 @@ CASES: list[tuple[str, tuple[str, ...], int, str]] = [
     ("wait-some-missing", ("queue", "wait", "{done1}", "999"), USAGE, "job 999 does not exist"),
     ("wait-bad-timeout", ("queue", "wait", "{running}", "--timeout", "soon"), USAGE, "invalid duration 'soon'"),
     ("wait-times-out", ("queue", "wait", "{running}", "--timeout", "1s"), TIMED_OUT, "timed out after 1s"),
+    ("wait-times-out-bare-number", ("queue", "wait", "{running}", "--timeout", "1"), TIMED_OUT, "timed out after 1s"),
     ("pause-gpu", ("queue", "pause", "--gpu", "0"), NO_GPU, "NVML"),
     ("resume-gpu", ("queue", "resume", "--gpu", "0"), NO_GPU, "NVML"),
+    ("pause-gpu-empty", ("queue", "pause", "--gpu", ""), USAGE, "--gpu is empty"),
+    ("resume-gpu-empty", ("queue", "resume", "--gpu", ""), USAGE, "--gpu is empty"),
     # unknown verbs, and a daemon option Typer rejects (the shared daemon must keep running)
     ("unknown-verb", ("queue", "bogus"), USAGE, "No such command 'bogus'"),
     ("daemon-unknown-verb", ("daemon", "bogus"), USAGE, "No such command 'bogus'"),
