@@ -65,3 +65,22 @@ def test_a_group_without_a_command_shows_its_help(tmp_path: Path, args: tuple[st
     assert result.returncode == 2
     assert result.stderr.startswith(f"Usage: gpubox {' '.join(args)}".replace("  ", " ").rstrip() + " [OPTIONS]")
     assert "\\n" not in result.stderr and result.stderr.count("\n") > 5  # the help, on its lines
+
+
+@pytest.mark.parametrize(
+    ("args", "where"),
+    [
+        (("queue", "ls", "--state"), "gpubox queue ls"),
+        (("top", "--gpu"), "gpubox top"),
+        (("daemon", "stop", "--timeout"), "gpubox daemon stop"),
+        (("queue", "ls", "--bogus"), "gpubox queue ls"),
+        (("--bogus",), "gpubox"),
+    ],
+)
+def test_a_usage_error_points_at_the_help_of_the_command_given(
+    tmp_path: Path, args: tuple[str, ...], where: str
+) -> None:
+    # An option without its value is refused by the parser before the command is known to it.
+    result = gpubox(*args, tmp_path=tmp_path)
+    assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
+    assert result.stderr.endswith(f" (see '{where} --help')\n"), result.stderr

@@ -89,6 +89,20 @@ def _visible_message(exc: click.UsageError) -> str:
     return exc.format_message()
 
 
+def _command_path(command: Any, argv: list[str]) -> str:
+    """The command that argv names (`gpubox queue ls`), for an error Click raised without saying
+    where (an option without its value)."""
+    words = ["gpubox"]
+    for arg in argv:
+        commands = getattr(command, "commands", None)  # a group's, by name
+        sub = commands.get(arg) if isinstance(commands, dict) else None
+        if sub is None:
+            break
+        words.append(arg)
+        command = sub
+    return " ".join(words)
+
+
 def run(argv: list[str]) -> int:
     command = typer.main.get_command(app)
     try:
@@ -100,7 +114,7 @@ def run(argv: list[str]) -> int:
     except click.UsageError as exc:
         if not exc.format_message():
             return int(ExitCode.USAGE)  # no arguments: the help was printed
-        where = exc.ctx.command_path if exc.ctx else "gpubox"
+        where = exc.ctx.command_path if exc.ctx else _command_path(command, argv)
         sys.stderr.write(f"gpubox: {one_line(_visible_message(exc))} (see '{where} --help')\n")
         return int(ExitCode.USAGE)
     except GpuboxError as exc:
