@@ -68,6 +68,8 @@ def parse_tag(text: str) -> tuple[str, str]:
             f"invalid tag {text!r}: expected key=value, the key made of letters, digits, "
             "'_', '.' or '-', and a non-empty value"
         )
+    if any(c < " " or c == "\x7f" for c in value):  # a report's row, a metric's label: one line, as a name is
+        raise ValueError(f"invalid tag {text!r}: expected a value on one line, with no control characters")
     return key, value
 
 

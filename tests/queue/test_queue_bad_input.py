@@ -113,6 +113,7 @@ JOB_FILES = {
     "lone-surrogate": 'true\n{"cmd": "echo \\ud800", "gpus": 0}\n',
     "lone-surrogate-env": '{"cmd": "true", "gpus": 0, "env": {"X": "\\udfff"}}\n',
     "tag-twice": 'true\n{"cmd": "true", "gpus": 0, "tags": {"team": "a", "team": "b"}}\n',
+    "tag-escape": '{"cmd": "true", "gpus": 0, "tags": {"team": "a\\u001b[2Jb"}}\n',
     "kind-twice": '{"cmd": "true", "gpus": 0, "kind": "train", "kind": "infer"}\n',
 }
 
@@ -206,6 +207,7 @@ CASES: list[tuple[str, tuple[str, ...], int, str]] = [
     ("tag-without-value", ("queue", "add", "--tag", "novalue", "--", "true"), USAGE, "invalid tag 'novalue'"),
     ("tag-without-key", ("queue", "add", "--tag", "=x", "--", "true"), USAGE, "invalid tag '=x'"),
     ("tag-empty-value", ("queue", "add", "--tag", "team=", "--", "true"), USAGE, "invalid tag 'team='"),
+    ("tag-two-lines", ("queue", "add", "--tag", "team=a\nb", "--", "true"), USAGE, "expected a value on one line"),
     (
         "env-name-digit",
         ("queue", "add", "--env", "1BAD=x", "--", "true"),
@@ -321,6 +323,7 @@ CASES: list[tuple[str, tuple[str, ...], int, str]] = [
     ("file-tag-twice", ("queue", "add", "--file", "{files}/tag-twice"), USAGE, "tag-twice:2: 'team' is given twice"),
     ("file-key-twice", ("queue", "add", "--file", "{files}/kind-twice"), USAGE, "kind-twice:1: 'kind' is given twice"),
     ("file-tag-name-equals", ("queue", "add", "--file", "{files}/tag-name-with-equals"), USAGE, "'team=x' in 'tags'"),
+    ("file-tag-escape", ("queue", "add", "--file", "{files}/tag-escape"), USAGE, "expected a value on one line"),
     (
         "file-lone-surrogate",
         ("queue", "add", "--file", "{files}/lone-surrogate"),
