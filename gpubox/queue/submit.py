@@ -268,6 +268,13 @@ def _one_value_per_key(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return doc
 
 
+def _is_json_list(line: str) -> bool:
+    try:
+        return isinstance(json.loads(line), list)
+    except ValueError:  # not JSON: a shell line ([ -f x ] && ..., say)
+        return False
+
+
 def parse_job_file(text: str, source: str, defaults: AddOptions) -> list[tuple[int, list[str], AddOptions]]:
     """(line number, argv, options) for each job in a job file."""
     jobs: list[tuple[int, list[str], AddOptions]] = []
@@ -283,6 +290,9 @@ def parse_job_file(text: str, source: str, defaults: AddOptions) -> list[tuple[i
                 except json.JSONDecodeError as exc:
                     raise ValueError(f"not valid JSON ({exc})") from None
                 argv, opts = _json_job(doc, defaults)
+            elif line.startswith("[") and _is_json_list(line):
+                # No shell command looks like this; a list of words meant as one would fail to run.
+                raise ValueError('a JSON list is not a job: give a command, or an object as {"argv": [...]}')
             else:
                 # A shell line goes to the shell whole (it reads its own comments).
                 argv = [line] if defaults.shell else shlex.split(strip_comment(line))

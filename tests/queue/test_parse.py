@@ -167,3 +167,12 @@ def test_invalid_values_raise_naming_the_value(parser: Callable[[str], Any], tex
 def test_kind_message_lists_the_kinds() -> None:
     with pytest.raises(ValueError, match="infer, quantize, train, batch, other"):
         parse_kind("gpu")
+
+
+def test_a_job_file_line_that_is_a_json_list_is_refused_and_a_test_command_is_not() -> None:
+    from gpubox.queue.submit import AddOptions, parse_job_file
+
+    ((_, argv, _),) = parse_job_file("[ -f done ] || ./run.sh\n", "jobs.txt", AddOptions())
+    assert argv == ["[", "-f", "done", "]", "||", "./run.sh"]  # a shell line: `[` is test(1)
+    with pytest.raises(ValueError, match=r"^jobs.txt:2: a JSON list is not a job"):
+        parse_job_file('true\n["python", "x.py"]\n', "jobs.txt", AddOptions())

@@ -115,6 +115,7 @@ JOB_FILES = {
     "tag-twice": 'true\n{"cmd": "true", "gpus": 0, "tags": {"team": "a", "team": "b"}}\n',
     "tag-escape": '{"cmd": "true", "gpus": 0, "tags": {"team": "a\\u001b[2Jb"}}\n',
     "kind-twice": '{"cmd": "true", "gpus": 0, "kind": "train", "kind": "infer"}\n',
+    "json-list": 'true\n["python", "x.py"]\n',
 }
 
 
@@ -324,6 +325,7 @@ CASES: list[tuple[str, tuple[str, ...], int, str]] = [
     ("file-key-twice", ("queue", "add", "--file", "{files}/kind-twice"), USAGE, "kind-twice:1: 'kind' is given twice"),
     ("file-tag-name-equals", ("queue", "add", "--file", "{files}/tag-name-with-equals"), USAGE, "'team=x' in 'tags'"),
     ("file-tag-escape", ("queue", "add", "--file", "{files}/tag-escape"), USAGE, "expected a value on one line"),
+    ("file-json-list", ("queue", "add", "--file", "{files}/json-list"), USAGE, "json-list:2: a JSON list is not a job"),
     (
         "file-lone-surrogate",
         ("queue", "add", "--file", "{files}/lone-surrogate"),
