@@ -137,7 +137,7 @@ def test_a_closed_stdin_matters_only_to_a_command_that_reads_it(tmp_path: Path) 
     listed = closed("<&-", ("queue", "ls"), env)
     assert (listed.returncode, listed.stdout, listed.stderr) == (0, "no jobs\n", "")
     read = closed("<&-", ("queue", "add", "--file", "-"), env)
-    assert (read.returncode, read.stderr) == (ExitCode.USAGE, "gpubox: cannot read -: Bad file descriptor\n")
+    assert (read.returncode, read.stderr) == (ExitCode.USAGE, "gpubox: cannot read -: standard input is closed\n")
     with JobStore(tmp_path / "state" / "queue.db") as store:
         assert store.list(None) == []  # nothing read, nothing stored
 

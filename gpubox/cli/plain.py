@@ -120,6 +120,11 @@ def output_unread() -> bool:
 
 
 _stdout_closed: list[bool] = []  # gpubox started with no stdout at all (`gpubox ... >&-`)
+_stdin_closed: list[bool] = []  # nor stdin (`<&-`)
+
+
+def stdin_closed() -> bool:
+    return bool(_stdin_closed)
 
 
 def fill_closed_streams() -> None:
@@ -145,6 +150,8 @@ def fill_closed_streams() -> None:
             os.close(opened)
         if fd == 1:
             _stdout_closed.append(True)
+        if fd == 0:
+            _stdin_closed.append(True)
         # Python left the stream None. Stderr line-buffered, as Python's own.
         mode, buffering = ("r", -1) if fd == 0 else ("w", 1 if fd == 2 else -1)
         setattr(sys, name, open(fd, mode, buffering, errors="backslashreplace", closefd=False))  # noqa: SIM115

@@ -11,6 +11,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from gpubox.cli.plain import stdin_closed
 from gpubox.exit_codes import ExitCode, GpuboxError
 
 if TYPE_CHECKING:
@@ -218,7 +219,10 @@ def _store_jobs(command: Sequence[str] | None, opts: AddOptions, file: Path | No
             try:
                 text = sys.stdin.read() if str(file) == "-" else file.read_text()
             except (OSError, UnicodeDecodeError) as exc:
-                raise ValueError(f"cannot read {file}: {getattr(exc, 'strerror', None) or exc}") from None
+                why = getattr(exc, "strerror", None) or exc
+                if str(file) == "-" and stdin_closed():
+                    why = "standard input is closed"
+                raise ValueError(f"cannot read {file}: {why}") from None
             entries = parse_job_file(text, str(file), opts)
             specs = []
             for number, argv, line_opts in entries:
