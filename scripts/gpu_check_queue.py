@@ -2,7 +2,8 @@
 
 Run through scripts/gpu-check.sh. Two jobs asking for one GPU each must run on different GPUs
 or one after the other, and each must see exactly its own GPU in torch; a CPU-only job must see
-none; `gpubox top` must show a running job's id and kind. Uses a private state directory, so it
+none; `gpubox top` must show a running job's id and kind, and `queue show --json` its GPU
+process's pid as job_pid. Uses a private state directory, so it
 leaves the user's queue alone. Exit 0 when every check passes, 1 otherwise.
 """
 
@@ -61,7 +62,7 @@ def main() -> int:
         b = add("--gpus", "1", "--kind", "infer", "--", sys.executable, str(script), str(home / "b.json"), "6")
         c = add("--gpus", "0", "--", sys.executable, str(script), str(home / "c.json"), "0")
         # While a GPU job runs, `gpubox top` names it in the process table.
-        seen_job = False
+        seen_job = pid_named = False
         deadline = time.time() + 60
         while time.time() < deadline and not seen_job:
             top = subprocess.run(
@@ -73,11 +74,22 @@ def main() -> int:
             )
             if top.returncode == 0:
                 procs = json.loads(top.stdout)["data"]["processes"]
-                seen_job = any(p.get("job_id") in (a, b) and p.get("job_kind") in ("train", "infer") for p in procs)
+                ours = [p for p in procs if p.get("job_id") in (a, b) and p.get("job_kind") in ("train", "infer")]
+                seen_job = bool(ours)
+                for proc in ours:  # the job's own process, as `queue show --json` names it
+                    shown = json.loads(gpubox("queue", "show", str(proc["job_id"]), "--json").stdout)
+                    job_pid = shown["data"]["job"]["job_pid"]
+                    print(f"job {proc['job_id']}: NVML pid {proc['pid']}, queue show job_pid {job_pid}")
+                    if job_pid == proc["pid"]:
+                        pid_named = True
+                    elif job_pid is not None:  # None: it ended meanwhile
+                        failures.append(f"job {proc['job_id']}: job_pid {job_pid} is not the GPU process {proc['pid']}")
             time.sleep(0.5)
         print(f"top shows a queue job's id and kind: {seen_job}")
         if not seen_job:
             failures.append("gpubox top never showed job_id/job_kind for a running queue job")
+        elif not pid_named:
+            failures.append("queue show --json never named a running job's GPU process as its job_pid")
         waited = gpubox("queue", "wait", str(a), str(b), str(c), "--timeout", "4m")
         print(f"queue wait: exit {waited.returncode}: {waited.stdout.strip()} {waited.stderr.strip()}")
         if waited.returncode != 0:
