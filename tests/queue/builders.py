@@ -29,5 +29,12 @@ def job(
     return JobRequest(id, kind, priority, at, gpus, ids, mem, limit, share)
 
 
-def run(id: int, *uuids: str, kind: str = "train", ends_by: float | None = None, share: bool = False) -> RunningJob:
-    return RunningJob(id, kind, uuids, ends_by, share)
+def run(
+    id: int,
+    *uuids: str,
+    kind: str = "train",
+    ends_by: float | None = None,
+    share: bool = False,
+    mem_gib: int | None = None,
+) -> RunningJob:
+    return RunningJob(id, kind, uuids, ends_by, share, mem_gib * GIB if mem_gib is not None else None)
