@@ -76,6 +76,19 @@ def _stored(queue: QueueBox, job_id: int) -> dict[str, object]:
     }
 
 
+def add_through_typer(queue: QueueBox, args: list[str]) -> int:
+    """The same command line through Typer, as `gpubox` runs it when the fast path declines."""
+    code = "import sys; from gpubox.cli.app import run; sys.exit(run(sys.argv[1:]))"
+    slow = subprocess.run(
+        [sys.executable, "-c", code, "queue", "add", *args],
+        env={**os.environ, **queue.env},
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return int(slow.stdout)
+
+
 def test_both_paths_store_the_same_job(queue: QueueBox, tmp_path: os.PathLike[str]) -> None:
     queue("queue", "pause")
     args = [
@@ -103,16 +116,7 @@ def test_both_paths_store_the_same_job(queue: QueueBox, tmp_path: os.PathLike[st
         "echo hi | wc -c",
     ]
     fast = queue.add(*args)
-    # The same command line through Typer, as `gpubox` runs it when the fast path declines.
-    code = "import sys; from gpubox.cli.app import run; sys.exit(run(sys.argv[1:]))"
-    slow = subprocess.run(
-        [sys.executable, "-c", code, "queue", "add", *args],
-        env={**os.environ, **queue.env},
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    assert _stored(queue, fast) == _stored(queue, int(slow.stdout))
+    assert _stored(queue, fast) == _stored(queue, add_through_typer(queue, args))
 
 
 def test_after_given_twice_waits_for_every_job_named_on_both_paths(queue: QueueBox) -> None:
@@ -120,15 +124,7 @@ def test_after_given_twice_waits_for_every_job_named_on_both_paths(queue: QueueB
     first, second, third = (queue.add("--gpus", "0", "--", "true") for _ in range(3))
     args = ["--gpus", "0", "--after", f"{first},{second}", "--after", str(third), "--", "true"]
     fast = queue.add(*args)
-    code = "import sys; from gpubox.cli.app import run; sys.exit(run(sys.argv[1:]))"
-    slow = subprocess.run(
-        [sys.executable, "-c", code, "queue", "add", *args],
-        env={**os.environ, **queue.env},
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    for job_id in (fast, int(slow.stdout)):
+    for job_id in (fast, add_through_typer(queue, args)):
         assert _stored(queue, job_id)["after"] == [first, second, third]
 
 
