@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import fcntl
+import functools
 import json
 import os
 import selectors
@@ -33,7 +34,7 @@ from typing import Any
 from gpubox import __version__
 from gpubox.paths import Paths, ensure_private_dir
 from gpubox.queue import proctree, supervise
-from gpubox.queue.gpus import GpuInfo, NoNvml, NvmlGpus, foreign_memory
+from gpubox.queue.gpus import GpuInfo, NoNvml, NvmlGpus, jobs_memory
 from gpubox.queue.jobs import END_STATES, Job
 from gpubox.queue.layout import (
     LOCK_NAME,
@@ -406,27 +407,19 @@ class Daemon:
             self._nvml_error = str(exc) if nvidia_devices_present() else None
             return None if self._nvml_error else []
 
-    def _foreign_memory(
-        self, queued: list[Job], running: list[Job], gpus: list[GpuInfo] | None
-    ) -> dict[str, int | None] | None:
-        """Per GPU, the memory used that the queue's jobs do not hold, which stopping them would
-        not free; read (NVML's processes, /proc) only when a preemption may be weighed."""
-        if not (
-            self.config.preempt
-            and gpus
-            and any(j.spec.kind == "infer" for j in queued)
-            and any(j.spec.kind == "batch" and j.gpu_uuids for j in running)
-        ):
-            return None
+    def _job_memory(self, running: list[Job]) -> dict[str, tuple[tuple[int, int], ...] | None]:
+        """Per GPU, what each running job's processes (its supervisor's tree) use there: what
+        stopping that job would free. Read from NVML and /proc, so only when a preemption is
+        weighed; empty when NVML cannot list processes (then not known)."""
         read = getattr(self.gpus_source, "processes", None)  # a source without it: not known
         if read is None:
-            return None
+            return {}
         try:
             processes = read()
         except NoNvml:
-            return None
-        ours = proctree.trees(j.pid for j in running if j.pid is not None)  # supervisors and their jobs
-        return {g.uuid: foreign_memory(g, processes.get(g.uuid), ours) for g in gpus}
+            return {}
+        owner = proctree.owners({j.pid: j.id for j in running if j.pid is not None and j.gpu_uuids})
+        return {uuid: jobs_memory(listed, owner) for uuid, listed in processes.items()}
 
     def _reconcile(self, store: JobStore, running: list[Job]) -> bool:
         """End the attempts whose supervisor vanished without recording them; True if any."""
@@ -637,7 +630,7 @@ class Daemon:
                 self.clock(),
                 self.config,
                 gpus_unknown=self._nvml_error or "",
-                foreign=self._foreign_memory(queued, running, gpus),
+                job_memory=functools.partial(self._job_memory, running),
             )
             if not full and len(queued) >= WINDOW and _capacity_left(running, plan, gpus or [], paused, self.config):
                 full = True

@@ -7,7 +7,7 @@ pynvml is imported on first use, so clients that never name a GPU never pay for 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from contextlib import suppress
 from dataclasses import dataclass
 from typing import Any
@@ -65,19 +65,26 @@ class NvmlGpus:
         return out
 
     def processes(self) -> dict[str, list[tuple[int, int | None]]]:
-        """Per GPU UUID, (pid, GPU memory it uses) of every process on it, compute and graphics; the
-        memory None where NVML cannot say. A GPU whose processes cannot be read is left out."""
+        """Per GPU UUID, (pid, GPU memory it uses) of every process on it, compute and graphics,
+        each pid once (a process can be both); the memory None where NVML cannot say. A GPU
+        whose processes cannot be read at all is left out."""
         nvml = self._open()
         out: dict[str, list[tuple[int, int | None]]] = {}
         for _, uuid, handle in self._handles:
-            try:
-                found = [
-                    *nvml.nvmlDeviceGetComputeRunningProcesses(handle),
-                    *nvml.nvmlDeviceGetGraphicsRunningProcesses(handle),
-                ]
-            except Exception:
-                continue
-            out[uuid] = [(int(p.pid), _memory(p)) for p in found]
+            seen: dict[int, int | None] = {}
+            read = False
+            for listing in (nvml.nvmlDeviceGetComputeRunningProcesses, nvml.nvmlDeviceGetGraphicsRunningProcesses):
+                try:
+                    found = listing(handle)
+                except Exception:  # graphics not supported, say: the other list still counts
+                    continue
+                read = True
+                for proc in found:
+                    pid, used = int(proc.pid), _memory(proc)
+                    if pid not in seen or (used is not None and (seen[pid] or 0) < used):
+                        seen[pid] = used
+            if read:
+                out[uuid] = list(seen.items())
         return out
 
     def close(self) -> None:
@@ -93,18 +100,22 @@ def _memory(process: object) -> int | None:
     return int(used) if isinstance(used, int) and 0 <= used < 1 << 63 else None
 
 
-def foreign_memory(gpu: GpuInfo, processes: list[tuple[int, int | None]] | None, queue_pids: set[int]) -> int | None:
-    """What stopping the queue's jobs would not free on `gpu`: all it uses, less what the queue's
-    own processes (`queue_pids`) hold there. None when that is not known."""
+def jobs_memory(
+    processes: list[tuple[int, int | None]] | None, owner: Mapping[int, int]
+) -> tuple[tuple[int, int], ...] | None:
+    """(job id, GPU memory its processes use) on one GPU, for every job in `owner` (pid -> job
+    id) with a process there; None when that is not known (NVML cannot say what one uses)."""
     if processes is None:
         return None
-    ours = 0
+    held: dict[int, int] = {}
     for pid, used in processes:
-        if pid in queue_pids:
-            if used is None:
-                return None
-            ours += used
-    return max(0, gpu.mem_used_bytes - ours)
+        job = owner.get(pid)
+        if job is None:
+            continue  # not the queue's: part of what stopping queue jobs does not free
+        if used is None:
+            return None
+        held[job] = held.get(job, 0) + used
+    return tuple(sorted(held.items()))
 
 
 def resolve_gpus(texts: Sequence[str], gpus: Sequence[GpuInfo]) -> tuple[str, ...]:

@@ -56,9 +56,9 @@ class GpuState:
     mem_total_bytes: int
     mem_used_bytes: int
     paused: bool = False
-    # Of mem_used_bytes, what processes outside the queue hold (and the driver keeps): stopping
-    # queue jobs does not free it. None: not known (only preemption asks).
-    mem_foreign_bytes: int | None = None
+    # Of mem_used_bytes, what each running queue job's processes use here, as (job id, bytes):
+    # stopping a job frees its share and no more. None: not known (only preemption asks).
+    mem_by_job: tuple[tuple[int, int], ...] | None = None
 
 
 @dataclass(frozen=True)

@@ -27,15 +27,16 @@ Rules:
   `infer` job still would not start (say it waits behind a higher-ranked job that cannot start, or
   a higher-ranked job would take the freed GPUs), nothing is stopped for it.
 
-Memory: a running job's memory is part of `GpuState.mem_used_bytes`. Stopping the queue's jobs on
-a GPU frees what they hold, not what processes outside the queue hold (`mem_foreign_bytes`, which
-the daemon reads from NVML's process list when preemption may be needed). So a GPU that needs a
-job stopped counts as fitting when its total memory, less that foreign memory and less what jobs
-started in this pass reserve there, is at least the memory asked for: a batch job is never stopped
-for an `infer` job that would still not fit. Where the foreign memory is not known (NVML cannot
-say what each process uses), it is taken as none, and the daemon's next `place_jobs` once the
-stopped jobs have exited decides with the real free memory. On a GPU where nothing is stopped,
-the memory asked for must be free as in `place_jobs`.
+Memory: a running job's memory is part of `GpuState.mem_used_bytes`. Stopping jobs on a GPU
+frees what their processes use there (`GpuState.mem_by_job`, which the daemon reads from NVML's
+process list and /proc when a preemption is weighed), not what processes outside the queue or
+other queue jobs hold. So a GPU that needs jobs stopped counts as fitting when its total memory,
+less what stays used once they have exited and less what jobs started in this pass reserve
+there, is at least the memory asked for: a batch job is never stopped for an `infer` job that
+would still not fit. Where the shares are not known (NVML cannot say what each process uses),
+stopping is taken to free everything, and the daemon's next `place_jobs` once the stopped jobs
+have exited decides with the real free memory. On a GPU where nothing is stopped, the memory
+asked for must be free as in `place_jobs`.
 """
 
 from __future__ import annotations
@@ -107,9 +108,18 @@ def _to_stop(
             return None
     if any(h.id not in stoppable for h in held):
         return None
-    if need is not None and gpu.mem_total_bytes - (gpu.mem_foreign_bytes or 0) - board.reserved[gpu.uuid] < need:
-        return None  # what the queue's jobs do not hold stays held: stopping them makes too little room
-    return frozenset(h.id for h in held)
+    stop = frozenset(h.id for h in held)
+    if need is not None and gpu.mem_total_bytes - kept_memory(gpu, stop) - board.reserved[gpu.uuid] < need:
+        return None  # what the stopped jobs do not hold stays held: too little room
+    return stop
+
+
+def kept_memory(gpu: GpuState, stopped: frozenset[int] | set[int]) -> int:
+    """The memory still used on the GPU once the `stopped` jobs have exited: all it uses, less
+    their share; none when the shares are not known (as if stopping freed everything)."""
+    if gpu.mem_by_job is None:
+        return 0
+    return max(0, gpu.mem_used_bytes - sum(used for job, used in gpu.mem_by_job if job in stopped))
 
 
 def _choose(
@@ -161,8 +171,9 @@ def choose_preemptions(
             continue
         after = {**stopped, **{i: stoppable[i] for i in stop}}
         freed = {u for r in after.values() for u in r.gpu_uuids}
+        gone = set(after)
         gpus_after = [
-            dataclasses.replace(g, mem_used_bytes=g.mem_foreign_bytes or 0) if g.uuid in freed else g for g in gpus
+            dataclasses.replace(g, mem_used_bytes=kept_memory(g, gone)) if g.uuid in freed else g for g in gpus
         ]
         running_after = [r for r in running if r.id not in after]
         starts_after, _ = place_jobs(pending, running_after, gpus_after, now, config)

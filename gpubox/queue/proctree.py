@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import signal
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from contextlib import suppress
 from pathlib import Path
 from typing import Any
@@ -85,10 +85,21 @@ def descendants(root: int, spare: frozenset[int] = frozenset()) -> set[int]:
     return _below([root], spare)
 
 
-def trees(roots: Iterable[int]) -> set[int]:
-    """The roots and every live process below them, from one reading of /proc."""
-    roots = set(roots)
-    return (roots | _below(roots)) if roots else set()
+def owners(roots: Mapping[int, int]) -> dict[int, int]:
+    """pid -> owner, for each root pid (mapped to its owner) and every live process below it,
+    from one reading of /proc."""
+    children: dict[int, list[int]] = {}
+    for pid, ppid in _parents().items():
+        children.setdefault(ppid, []).append(pid)
+    found: dict[int, int] = {}
+    for root, owner in roots.items():
+        pending = [root]
+        while pending:
+            pid = pending.pop()
+            if pid not in found:
+                found[pid] = owner
+                pending.extend(children.get(pid, []))
+    return found
 
 
 def _below(roots: Iterable[int], spare: frozenset[int] = frozenset()) -> set[int]:

@@ -8,7 +8,8 @@ preemption rule) what to do. The daemon carries the plan out.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import dataclasses
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -93,11 +94,12 @@ def plan_pass(
     now: float,
     config: QueueConfig = QueueConfig(),
     gpus_unknown: str = "the GPUs cannot be read",
-    foreign: Mapping[str, int | None] | None = None,
+    job_memory: Callable[[], Mapping[str, tuple[tuple[int, int], ...] | None]] | None = None,
 ) -> Plan:
     """`gpus` None: the box has GPUs but they cannot be read now (NVML failed); then only jobs
     that asked for no GPU (--gpus 0) may start, and the others wait with `gpus_unknown`.
-    `foreign`: per GPU UUID, the memory used there that is not the queue's (for preemption)."""
+    `job_memory`: per GPU UUID, what each running job's processes use there, read only when a
+    preemption is weighed (NVML's process lists and /proc are dear on a busy box)."""
     plan = Plan()
     eligible: list[Job] = []
     for job in queued:
@@ -141,17 +143,16 @@ def plan_pass(
         )
         for j in running
     ]
-    foreign = foreign or {}
-    states = [
-        GpuState(g.uuid, g.index, g.mem_total_bytes, g.mem_used_bytes, g.uuid in paused, foreign.get(g.uuid))
-        for g in gpus
-    ]
+    states = [GpuState(g.uuid, g.index, g.mem_total_bytes, g.mem_used_bytes, paused=g.uuid in paused) for g in gpus]
     starts, waits = place_jobs(requests, held, states, now, config.policy)
     plan.starts.extend(starts)
     plan.waits.update({w.job_id: w.reason for w in waits})
     if config.preempt and any(r.kind == "infer" for r in requests if r.id in plan.waits):
         # Jobs asked to stop already are on their way out; they are not chosen twice.
         stoppable = [h for h, j in zip(held, running, strict=True) if j.request is None]
+        if job_memory is not None and any(h.kind == "batch" and h.gpu_uuids for h in stoppable):
+            shares = job_memory()
+            states = [dataclasses.replace(g, mem_by_job=shares.get(g.uuid)) for g in states]
         # All pending jobs go in: the rule re-runs placement, so jobs starting now keep their GPUs.
         chosen = choose_preemptions(requests, stoppable, states, now, config.policy)
         # A batch job that ranks ahead of the infer job (a higher priority) would take its GPUs

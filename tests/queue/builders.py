@@ -8,10 +8,15 @@ GIB = 1 << 30
 
 
 def gpu(
-    index: int, total_gib: int = 80, used_gib: float = 0, paused: bool = False, foreign_gib: float | None = None
+    index: int,
+    total_gib: int = 80,
+    used_gib: float = 0,
+    paused: bool = False,
+    by_job_gib: dict[int, float] | None = None,
 ) -> GpuState:
-    foreign = None if foreign_gib is None else int(foreign_gib * GIB)
-    return GpuState(f"GPU-{index}", index, total_gib * GIB, int(used_gib * GIB), paused, foreign)
+    """`by_job_gib`: what each queue job's processes use of `used_gib` (None: not known)."""
+    by_job = None if by_job_gib is None else tuple((j, int(g * GIB)) for j, g in sorted(by_job_gib.items()))
+    return GpuState(f"GPU-{index}", index, total_gib * GIB, int(used_gib * GIB), paused, by_job)
 
 
 def job(

@@ -135,21 +135,30 @@ def test_memory_is_judged_on_the_gpus_total_once_its_jobs_are_stopped() -> None:
 
 
 def test_no_batch_job_is_stopped_when_memory_held_outside_the_queue_leaves_too_little() -> None:
-    # 50 GiB used by a process outside the queue stays used: 30 GiB at most would be free.
+    # 50 GiB used, none of it job 5's (a process outside the queue): 30 GiB at most would be free.
     running = [run(5, "GPU-0")]
-    assert choose_preemptions([job(1, mem_gib=40)], running, [gpu(0, used_gib=50, foreign_gib=50)], now=0) == []
-    # With 30 GiB outside the queue (and 20 GiB of job 5's own), 50 GiB would be free: enough.
-    fits = [gpu(0, used_gib=50, foreign_gib=30)]
+    assert choose_preemptions([job(1, mem_gib=40)], running, [gpu(0, used_gib=50, by_job_gib={})], now=0) == []
+    # Job 5 uses 20 of the 50 GiB: stopping it leaves 50 GiB free, enough.
+    fits = [gpu(0, used_gib=50, by_job_gib={5: 20})]
     assert choose_preemptions([job(1, mem_gib=40)], running, fits, now=0) == [Preempt(5, 1)]
     # The job asking for exactly what would be free fits; a byte more does not.
     assert choose_preemptions([job(1, mem_gib=50)], running, fits, now=0) == [Preempt(5, 1)]
     assert choose_preemptions([job(1, mem_gib=50.5)], running, fits, now=0) == []
 
 
+def test_memory_of_a_queue_job_that_is_not_stopped_stays_used() -> None:
+    # An infer job (50 GiB) and a batch job (20 GiB) share GPU 0; stopping the batch job would
+    # leave 30 GiB free, not the 40 GiB a third (sharing) job needs.
+    running = [run(1, "GPU-0", kind="infer", share=True), run(2, "GPU-0", share=True)]
+    gpus = [gpu(0, used_gib=70, by_job_gib={1: 50, 2: 20})]
+    assert choose_preemptions([job(3, mem_gib=40, share=True)], running, gpus, now=0) == []
+    assert choose_preemptions([job(3, mem_gib=30, share=True)], running, gpus, now=0) == [Preempt(2, 3)]
+
+
 def test_the_gpu_where_stopping_makes_room_is_the_one_freed() -> None:
     # Job 6 is the newer, but GPU 1 keeps 60 GiB held outside the queue: job 5's GPU is freed.
     running = [run(5, "GPU-0"), run(6, "GPU-1")]
-    gpus = [gpu(0, used_gib=10, foreign_gib=0), gpu(1, used_gib=70, foreign_gib=60)]
+    gpus = [gpu(0, used_gib=10, by_job_gib={5: 10}), gpu(1, used_gib=70, by_job_gib={6: 10})]
     assert choose_preemptions([job(1, mem_gib=40)], running, gpus, now=0) == [Preempt(5, 1)]
 
 
