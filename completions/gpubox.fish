@@ -213,7 +213,7 @@ complete -c gpubox -n "__gpubox_at 'gpubox queue clean'" -l json -d 'Print one J
 complete -c gpubox -n "__gpubox_at 'gpubox queue clean'" -s h -l help -d 'Show this message and exit.'
 complete -c gpubox -n "__gpubox_at 'gpubox queue edit'" -l priority -x -d 'New priority.'
 complete -c gpubox -n "__gpubox_at 'gpubox queue edit'" -l gpus -x -d 'New GPU count (0: CPU-only).'
-complete -c gpubox -n "__gpubox_at 'gpubox queue edit'" -l gpu -x -d 'New GPUs: indexes or UUIDs, as 0,2.'
+complete -c gpubox -n "__gpubox_at 'gpubox queue edit'" -l gpu -x -d 'New GPUs: indexes or UUIDs, as 0,2 (repeatable: they add up).'
 complete -c gpubox -n "__gpubox_at 'gpubox queue edit'" -l gpu-mem -x -d 'New free memory needed per GPU.'
 complete -c gpubox -n "__gpubox_at 'gpubox queue edit'" -l time-limit -x -d 'New time limit, as 2h.'
 complete -c gpubox -n "__gpubox_at 'gpubox queue edit'" -l no-time-limit -d 'Remove the time limit.'

@@ -343,6 +343,15 @@ def retry(ids: IDS, as_json: JSON = False) -> None:
     )
 
 
+def _one_gpu(given: list[str] | None) -> str | None:
+    """The one GPU --gpu names; a pause or resume is for one GPU at a time."""
+    if not given:
+        return None
+    if len(given) > 1:
+        raise ValueError(f"--gpu is given {len(given)} times: one GPU a command (gpubox queue pause --gpu 0)")
+    return given[0]
+
+
 def _pause_target(gpu: str | None) -> tuple[str, str]:
     from gpubox.queue.gpus import resolve_gpus
     from gpubox.queue.store import QUEUE
@@ -361,12 +370,15 @@ def _pause_target(gpu: str | None) -> tuple[str, str]:
 
 @app.command("pause")
 def pause(
-    gpu: Annotated[str | None, typer.Option("--gpu", help="Only this GPU (index or UUID), for maintenance.")] = None,
+    gpu: Annotated[
+        list[str] | None,
+        typer.Option("--gpu", help="Only this GPU (index or UUID), for maintenance.", show_default=False),
+    ] = None,
 ) -> None:
     """Start no new jobs (on one GPU, with --gpu); running jobs keep running."""
     paths = queue_paths()
     with errors():
-        target, label = _pause_target(gpu)
+        target, label = _pause_target(_one_gpu(gpu))
         with open_queue_store(paths) as store:
             changed = store.pause(target)
     sys.stdout.write(f"{label}: paused\n" if changed else f"{label}: paused already\n")
@@ -374,18 +386,21 @@ def pause(
 
 @app.command("resume")
 def resume(
-    gpu: Annotated[str | None, typer.Option("--gpu", help="Only this GPU (index or UUID).")] = None,
+    gpu: Annotated[
+        list[str] | None, typer.Option("--gpu", help="Only this GPU (index or UUID).", show_default=False)
+    ] = None,
 ) -> None:
     """Start jobs again (on one GPU, with --gpu)."""
     from gpubox.queue.store import QUEUE
 
     paths = queue_paths()
     with errors(), open_queue_store(paths) as store:
+        one = _one_gpu(gpu)
         try:
-            target, label = _pause_target(gpu)
+            target, label = _pause_target(one)
         except (ValueError, GpuboxError):
             # A GPU paused, then taken out of the box (or NVML gone): its UUID still resumes it.
-            gone = [t for t in store.paused() if t != QUEUE and gpu and t.lower().startswith(gpu.strip().lower())]
+            gone = [t for t in store.paused() if t != QUEUE and one and t.lower().startswith(one.strip().lower())]
             if len(gone) != 1:
                 raise
             target, label = gone[0], f"GPU {gone[0]}"
@@ -434,7 +449,10 @@ def edit(
     job_id: Annotated[int, typer.Argument(metavar="ID", help="A queued job's id.")],
     priority: Annotated[int | None, typer.Option("--priority", help="New priority.")] = None,
     gpus: Annotated[int | None, typer.Option("--gpus", help="New GPU count (0: CPU-only).")] = None,
-    gpu: Annotated[str | None, typer.Option("--gpu", help="New GPUs: indexes or UUIDs, as 0,2.")] = None,
+    gpu: Annotated[
+        list[str] | None,
+        typer.Option("--gpu", help="New GPUs: indexes or UUIDs, as 0,2 (repeatable: they add up).", show_default=False),
+    ] = None,
     gpu_mem: Annotated[str | None, typer.Option("--gpu-mem", help="New free memory needed per GPU.")] = None,
     time_limit: Annotated[str | None, typer.Option("--time-limit", help="New time limit, as 2h.")] = None,
     no_time_limit: Annotated[bool, typer.Option("--no-time-limit", help="Remove the time limit.")] = False,
@@ -463,11 +481,11 @@ def edit(
             refusal = not_editable(job_id, store.require(job_id).state)
             if refusal:
                 raise ValueError(refusal)
-            if gpus is not None or gpu is not None or gpu_mem is not None:
+            if gpus is not None or gpu or gpu_mem is not None:
                 # The same checks as `queue add`, against this box's GPUs.
-                opts = AddOptions(gpus=gpus, gpu=gpu, gpu_mem=gpu_mem)
+                opts = AddOptions(gpus=gpus, gpu=joined(gpu), gpu_mem=gpu_mem)
                 probe = build_spec(["-"], opts, {}, "/", GpuLookup(box_gpus))
-                if gpus is not None or gpu is not None:
+                if gpus is not None or gpu:
                     changes["gpus"], changes["gpu_ids"] = probe.gpus, probe.gpu_ids
                 if gpu_mem is not None:
                     changes["gpu_mem_bytes"] = parse_size(gpu_mem)

@@ -290,7 +290,7 @@ def parse_job_file(text: str, source: str, defaults: AddOptions) -> list[tuple[i
                 except json.JSONDecodeError as exc:
                     raise ValueError(f"not valid JSON ({exc})") from None
                 argv, opts = _json_job(doc, defaults)
-            elif line.startswith("[") and _is_json_list(line):
+            elif line.startswith("[") and _is_json_list(strip_comment(line)):
                 # No shell command looks like this; a list of words meant as one would fail to run.
                 raise ValueError('a JSON list is not a job: give a command, or an object as {"argv": [...]}')
             else:

@@ -176,3 +176,5 @@ def test_a_job_file_line_that_is_a_json_list_is_refused_and_a_test_command_is_no
     assert argv == ["[", "-f", "done", "]", "||", "./run.sh"]  # a shell line: `[` is test(1)
     with pytest.raises(ValueError, match=r"^jobs.txt:2: a JSON list is not a job"):
         parse_job_file('true\n["python", "x.py"]\n', "jobs.txt", AddOptions())
+    with pytest.raises(ValueError, match=r"^jobs.txt:1: a JSON list is not a job"):
+        parse_job_file('["python", "x.py"]  # train\n', "jobs.txt", AddOptions())

@@ -420,6 +420,8 @@ CASES: list[tuple[str, tuple[str, ...], int, str]] = [
     ("pause-gpu", ("queue", "pause", "--gpu", "0"), NO_GPU, "NVML"),
     ("resume-gpu", ("queue", "resume", "--gpu", "0"), NO_GPU, "NVML"),
     ("pause-gpu-empty", ("queue", "pause", "--gpu", ""), USAGE, "--gpu is empty"),
+    ("pause-gpu-twice", ("queue", "pause", "--gpu", "0", "--gpu", "1"), USAGE, "--gpu is given 2 times"),
+    ("resume-gpu-twice", ("queue", "resume", "--gpu", "0", "--gpu", "1"), USAGE, "--gpu is given 2 times"),
     ("resume-gpu-empty", ("queue", "resume", "--gpu", ""), USAGE, "--gpu is empty"),
     # unknown verbs, and a daemon option Typer rejects (the shared daemon must keep running)
     ("unknown-verb", ("queue", "bogus"), USAGE, "No such command 'bogus'"),

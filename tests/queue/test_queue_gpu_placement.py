@@ -486,3 +486,14 @@ def test_top_names_the_queue_job_of_a_gpu_process(queue: QueueBox) -> None:
     assert (procs[os.getpid()]["job_id"], procs[os.getpid()]["job_kind"]) == (None, None)
     release(work, job)
     queue.wait_state(job, ("succeeded",), WAIT)
+
+
+def test_edit_gpu_given_twice_adds_up_as_in_add(queue: QueueBox) -> None:
+    box = gpus(4)
+    uuid = uuids_of(box)
+    work = start(queue, box)
+    assert queue("queue", "pause").returncode == 0
+    job = add(queue, work, "--gpu", "0")
+    result = queue("queue", "edit", str(job), "--gpu", "1", "--gpu", "3")
+    assert result.returncode == 0, result.stderr
+    assert json.loads(queue.job(job)["spec"])["gpu_ids"] == [uuid[1], uuid[3]]
