@@ -331,6 +331,7 @@ def retry(ids: IDS, as_json: JSON = False) -> None:
 
     paths = queue_paths()
     with errors(), open_queue_store(paths) as store:
+        store.check_retry(ids)  # a missing or running job is said first: no setting would help
         check_daemon_could_start(paths)  # a daemon that cannot start would never run them: nothing is queued
         jobs = store.requeue_all(ids)
     failure = wake(paths)

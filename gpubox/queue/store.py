@@ -535,13 +535,20 @@ class JobStore:
         does not exist, leaves every one as it was)."""
         with self._write() as db:
             for job_id in job_ids:
-                row = db.execute("SELECT state FROM jobs WHERE id = ?", (job_id,)).fetchone()
-                if row is None:
-                    raise ValueError(f"job {job_id} does not exist")
-                if row["state"] not in END_STATES:
-                    raise ValueError(f"job {job_id} is {row['state']}; only a finished job can be retried")
+                self._check_retry(job_id)
                 self._back_to_queue(db, job_id, 0, None)
         return [self.require(job_id) for job_id in job_ids]
+
+    def check_retry(self, job_ids: Sequence[int]) -> None:
+        """ValueError when a job does not exist or has not ended: what requeue_all would refuse,
+        said before anything else is checked."""
+        for job_id in job_ids:
+            self._check_retry(job_id)
+
+    def _check_retry(self, job_id: int) -> None:
+        state = self.require(job_id).state
+        if state not in END_STATES:
+            raise ValueError(f"job {job_id} is {state}; only a finished job can be retried")
 
     def edit(self, job_id: int, changes: Mapping[str, Any]) -> Job:
         """Change a queued job's spec (priority, GPUs, memory, time limit); nothing else may change."""

@@ -651,3 +651,17 @@ def test_daemon_refuses_a_bad_config_file(queue: QueueBox) -> None:
     assert str(config) in result.stderr
     assert snapshot(queue.db) == before
     assert queue.daemon_pid() is None
+
+
+@pytest.mark.parametrize(
+    ("args", "fragment"),
+    [(("queue", "retry", "999"), "job 999 does not exist"), (("queue", "edit", "999", "--priority", "1"), "job 999")],
+)
+def test_a_missing_job_is_said_before_a_daemon_that_could_not_start(
+    queue: QueueBox, args: tuple[str, ...], fragment: str
+) -> None:
+    _seed_in_process(queue)
+    before = snapshot(queue.db)
+    result = queue(*args, env={"GPUBOX_QUEUE_MAX_CPU_JOBS": "-1"})
+    assert_one_error_line(result, USAGE, fragment)
+    assert snapshot(queue.db) == before
