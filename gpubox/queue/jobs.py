@@ -133,6 +133,12 @@ def spec_from_json(text: str) -> JobSpec:
     )
 
 
+def has_control(text: str) -> bool:
+    """Whether text holds what would break a line in a listing: a control character (C0, DEL,
+    C1, where ESC and CSI start terminal sequences) or a line or paragraph separator."""
+    return any(c < " " or "\x7f" <= c <= "\x9f" or c in "\u2028\u2029" for c in text)
+
+
 def check_spec(spec: JobSpec, kinds: tuple[str, ...], check_text: bool = True) -> None:
     """Raise ValueError, with one clear line, for a spec the queue cannot run. `check_text`: also the
     command's, environment's and name's text (a job stored by an older gpubox, edited, keeps
@@ -178,7 +184,7 @@ def check_spec(spec: JobSpec, kinds: tuple[str, ...], check_text: bool = True) -
             except UnicodeEncodeError:
                 raise ValueError(f"{what} holds {text!r}, which is not text a program can be given") from None
     if spec.name is not None:
-        if not spec.name.strip() or any(c < " " or c == "\x7f" for c in spec.name):
+        if not spec.name.strip() or has_control(spec.name):
             raise ValueError(f"invalid name {spec.name!r}: expected one line, with no control characters")
         try:
             spec.name.encode("utf-8")

@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 import re
 
-from gpubox.queue.jobs import KINDS
+from gpubox.queue.jobs import KINDS, has_control
 
 _NUMBER = r"\d+(?:\.\d+)?"
 _DURATION_RE = re.compile(rf"(?:(?P<d>{_NUMBER})d)?(?:(?P<h>{_NUMBER})h)?(?:(?P<m>{_NUMBER})m)?(?:(?P<s>{_NUMBER})s)?")
@@ -68,8 +68,12 @@ def parse_tag(text: str) -> tuple[str, str]:
             f"invalid tag {text!r}: expected key=value, the key made of letters, digits, "
             "'_', '.' or '-', and a non-empty value"
         )
-    if any(c < " " or c == "\x7f" for c in value):  # a report's row, a metric's label: one line, as a name is
+    if has_control(value):  # a report's row, a metric's label: one line, as a name is
         raise ValueError(f"invalid tag {text!r}: expected a value on one line, with no control characters")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:  # bytes that were not UTF-8 on the command line
+        raise ValueError(f"invalid tag {text!r}: expected UTF-8 text") from None
     return key, value
 
 

@@ -343,6 +343,10 @@ CASES: list[tuple[str, tuple[str, ...], int, str]] = [
     ("name-carriage-return", ("queue", "add", "--name", "a\rZZ", "--", "true"), USAGE, "no control characters"),
     ("name-newline", ("queue", "add", "--name", "a\nb", "--", "true"), USAGE, "invalid name 'a\\nb'"),
     ("name-not-utf8", ("queue", "add", "--name", "n\udce9", "--", "true"), USAGE, "expected UTF-8 text"),
+    ("name-c1-csi", ("queue", "add", "--name", "x\x9b2J", "--", "true"), USAGE, "no control characters"),
+    ("name-line-separator", ("queue", "add", "--name", "a\u2028b", "--", "true"), USAGE, "no control characters"),
+    ("tag-c1-csi", ("queue", "add", "--tag", "team=x\x9b2J", "--", "true"), USAGE, "expected a value on one line"),
+    ("tag-not-utf8", ("queue", "add", "--tag", "team=n\udce9", "--", "true"), USAGE, "expected UTF-8 text"),
     ("cwd-newline", ("queue", "add", "--cwd", "/nowhere/x\ny", "--", "true"), USAGE, "/nowhere/x\\ny does not exist"),
     (
         "file-missing-after",
