@@ -90,9 +90,13 @@ def test_a_plain_queue_add_to_a_closed_stdout_stores_the_job_and_says_its_id_wen
     env = _env(tmp_path)
     try:
         result = closed(">&-", ("queue", "add", "--gpus", "0", "--", "true"), env)
-        assert (result.returncode, result.stderr) == (ExitCode.FAILED, CLOSED_STDOUT)
+        # The id went nowhere: stderr says it, so a script need not add the job again to learn it.
+        assert (result.returncode, result.stderr) == (ExitCode.FAILED, CLOSED_STDOUT[:-1] + " (job 1 was added)\n")
         with JobStore(tmp_path / "state" / "queue.db") as store:
             assert [j.spec.argv for j in store.list(None)] == [("true",)]
+        (tmp_path / "jobs.txt").write_text("true\ntrue\ntrue\n")
+        result = closed(">&-", ("queue", "add", "--gpus", "0", "--file", str(tmp_path / "jobs.txt")), env)
+        assert result.stderr == CLOSED_STDOUT[:-1] + " (jobs 2 to 4 were added)\n"
     finally:
         subprocess.run([sys.executable, "-m", "gpubox", "daemon", "stop"], capture_output=True, env=env, timeout=60)
 

@@ -157,13 +157,23 @@ def fill_closed_streams() -> None:
         setattr(sys, name, open(fd, mode, buffering, errors="backslashreplace", closefd=False))  # noqa: SIM115
 
 
+_done: list[str] = []  # what the command changed before its output, said if the output fails
+
+
+def done_before_output(what: str) -> None:
+    """Note what the command has changed ("job 12 was added"): a script whose output cannot be
+    written learns it, and does not do it again."""
+    _done[:] = [what]
+
+
 def output_failed(exc: OSError) -> int:
     """Output that could not be written (a full disk, a closed stdout): one line, and nothing
     more tried on stdout, which Python would otherwise flush again on the way out."""
     import errno
 
     why = "standard output is closed" if _stdout_closed and exc.errno == errno.EBADF else exc.strerror or exc
-    sys.stderr.write(f"gpubox: cannot write the output: {why}\n")
+    done = f" ({_done[0]})" if _done else ""
+    sys.stderr.write(f"gpubox: cannot write the output: {why}{done}\n")
     _discard_output()
     return int(ExitCode.FAILED)
 

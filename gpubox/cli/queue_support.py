@@ -11,7 +11,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from gpubox.cli.plain import stdin_closed
+from gpubox.cli.plain import done_before_output, stdin_closed
 from gpubox.exit_codes import ExitCode, GpuboxError
 
 if TYPE_CHECKING:
@@ -190,6 +190,10 @@ def add_jobs(command: Sequence[str] | None, opts: AddOptions, file: Path | None,
 
     with json_failure("queue add", as_json):
         jobs, paths, started = _store_jobs(command, opts, file)
+    ids = [j.id for j in jobs]
+    joint = " and " if len(ids) == 2 else " to "
+    added = f"job {ids[0]} was added" if len(ids) == 1 else f"jobs {ids[0]}{joint}{ids[-1]} were added"
+    done_before_output(added)
     failure = wake(paths, started)
     # The daemon was woken: its next pass says why each job waits (or it could not be started).
     records = [job_record(j, None if failure else {}) for j in jobs]
