@@ -108,6 +108,9 @@ def build_spec(
         raise ValueError("--gpus 0 makes a CPU-only job: it cannot also ask for --gpu or --gpu-mem")
     if opts.gpu is not None and not opts.gpu.strip():
         raise ValueError("--gpu is empty: expected GPU indexes or UUIDs separated by commas, as 0,2")
+    if opts.gpu is not None and any(not part.strip() for part in opts.gpu.split(",")):
+        # Said before the GPUs are read: a box without a driver would otherwise answer first.
+        raise ValueError(f"--gpu {opts.gpu} names an empty GPU: expected GPU indexes or UUIDs separated by commas")
     if opts.wants_gpus:
         box = gpus()
         if opts.gpu is not None:

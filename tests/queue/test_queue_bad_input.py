@@ -424,6 +424,8 @@ CASES: list[tuple[str, tuple[str, ...], int, str]] = [
     ("pause-gpu", ("queue", "pause", "--gpu", "0"), NO_GPU, "NVML"),
     ("resume-gpu", ("queue", "resume", "--gpu", "0"), NO_GPU, "NVML"),
     ("pause-gpu-empty", ("queue", "pause", "--gpu", ""), USAGE, "--gpu is empty"),
+    ("add-gpu-twice-one-empty", ("queue", "add", "--gpu", "0", "--gpu", "", "--", "true"), USAGE, "an empty GPU"),
+    ("add-gpu-list-with-a-hole", ("queue", "add", "--gpu", "0,,1", "--", "true"), USAGE, "--gpu 0,,1 names an empty"),
     ("pause-gpu-twice", ("queue", "pause", "--gpu", "0", "--gpu", "1"), USAGE, "--gpu is given 2 times"),
     ("resume-gpu-twice", ("queue", "resume", "--gpu", "0", "--gpu", "1"), USAGE, "--gpu is given 2 times"),
     ("resume-gpu-empty", ("queue", "resume", "--gpu", ""), USAGE, "--gpu is empty"),
