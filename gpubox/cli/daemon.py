@@ -159,18 +159,28 @@ def stop(
 ) -> None:
     """Stop the daemon; running jobs keep running. Succeeds when none was running."""
     from gpubox.cli.settings import settings_paths
+    from gpubox.queue.client import daemon_starting
     from gpubox.queue.layout import lock_holder, socket_path
     from gpubox.queue.wire import Unreachable, ask
 
     _check_timeout(timeout)
     paths = settings_paths()
-    try:
-        answer = ask(socket_path(paths), "stop", timeout=3.0)
-    except Unreachable:
-        if lock_holder(paths) is None:
-            sys.stdout.write("the daemon was not running\n")
-            return
-        raise GpuboxError("the daemon holds its lock but does not answer", ExitCode.DAEMON_UNREACHABLE) from None
+    # A daemon a client has just started (`queue add; daemon stop`) may not hold its lock or
+    # listen yet: it is worth a moment's wait, or it would run on after this said it was stopped.
+    deadline = time.monotonic() + STARTING_S
+    while True:
+        try:
+            answer = ask(socket_path(paths), "stop", timeout=3.0)
+            break
+        except Unreachable:
+            holder = lock_holder(paths)
+            if holder is None and not daemon_starting(paths):
+                sys.stdout.write("the daemon was not running\n")
+                return
+            if time.monotonic() >= deadline:
+                what = "a daemon is starting" if holder is None else "the daemon holds its lock"
+                raise GpuboxError(f"{what} but does not answer", ExitCode.DAEMON_UNREACHABLE) from None
+            time.sleep(0.05)
     from gpubox.queue.proctree import is_alive
 
     deadline = time.monotonic() + timeout

@@ -104,6 +104,24 @@ def start_daemon(paths: Paths, env: Mapping[str, str] | None = None) -> int | No
     return proc.pid
 
 
+def daemon_starting(paths: Paths) -> bool:
+    """Whether a daemon a client started holds `daemon.starting` (it does from its launch to its
+    end), so is on its way even before it takes its lock."""
+    try:
+        fd = os.open(paths.state_dir / STARTING_NAME, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return False  # never started by a client here
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)  # shared: a starting client's is exclusive
+    except BlockingIOError:
+        return True
+    except OSError:
+        return False
+    finally:
+        os.close(fd)  # and with it, the shared lock just taken
+    return False
+
+
 def start_daemon_early(paths: Paths) -> bool:
     """Start the daemon now when none runs, before the jobs it is started for are stored: its
     start (a Python of its own) then overlaps the client's writing, and the first job of a cold

@@ -3,7 +3,12 @@ starts it (pueue's `pueued -d`), for a box where nothing else starts it and no j
 
 from __future__ import annotations
 
+import fcntl
+import os
 import random
+import subprocess
+import sys
+import time
 
 from tests.queue.conftest import QueueBox
 
@@ -50,3 +55,52 @@ def test_a_queued_job_with_no_daemon_says_how_to_start_one(queue: QueueBox) -> N
     listed = queue("queue", "ls")
     [row] = listed.stdout.splitlines()[1:]
     assert row.startswith(added.stdout.strip()) and row.endswith("the daemon is not running (gpubox daemon start)")
+
+
+def _starting_lock(queue: QueueBox) -> int:
+    """Hold daemon.starting as a client-started daemon does from its launch on (as this test's)."""
+    queue.state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+    fd = os.open(queue.state_dir / "daemon.starting", os.O_RDWR | os.O_CREAT, 0o600)
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    return fd
+
+
+def test_stop_waits_for_a_daemon_that_is_still_starting_and_stops_it(queue: QueueBox) -> None:
+    """`queue add; daemon stop`: the daemon the add started may not hold its lock yet. Stop must
+    not say "not running" and leave it to run on."""
+    fd = _starting_lock(queue)
+    try:
+        stop = subprocess.Popen(
+            [sys.executable, "-m", "gpubox", "daemon", "stop"],
+            env={**os.environ, **queue.env},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        # The daemon comes up while stop waits: after stop has looked and found no daemon (a stop
+        # that did not wait would have said "not running" by then), and not waited for here, as
+        # stop may end it at once.
+        time.sleep(1.0)
+        assert stop.poll() is None, stop.communicate()
+        daemon = subprocess.Popen(
+            [sys.executable, "-m", "gpubox", "daemon"],
+            env={**os.environ, **queue.env},
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+        out, err = stop.communicate(timeout=60)
+        assert (stop.returncode, err) == (0, ""), err
+        assert out == f"stopped the daemon (pid {daemon.pid}); running jobs go on\n"
+        assert daemon.wait(timeout=30) == 0 and queue.daemon_pid() is None
+    finally:
+        os.close(fd)
+        queue("daemon", "stop")
+
+
+def test_stop_with_nothing_starting_says_none_was_running(queue: QueueBox) -> None:
+    queue.state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+    (queue.state_dir / "daemon.starting").touch()  # left by a daemon that has ended: no lock on it
+    result = queue("daemon", "stop")
+    assert (result.returncode, result.stdout) == (0, "the daemon was not running\n")
