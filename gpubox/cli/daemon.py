@@ -40,8 +40,9 @@ STARTING_S = 5.0  # how long `status` waits for a daemon that holds its lock but
 
 
 def _ask_status(paths: Any) -> dict[str, Any]:
-    """The daemon's status; Unreachable when none answers. One that holds its lock but does not
-    listen yet is starting (a client just started it): its answer is worth a moment's wait."""
+    """The daemon's status; Unreachable when none answers. One that a client just started (it
+    holds daemon.starting, then its lock, before it listens) is worth a moment's wait."""
+    from gpubox.queue.client import daemon_starting
     from gpubox.queue.layout import lock_holder, socket_path
     from gpubox.queue.wire import Unreachable, ask
 
@@ -50,7 +51,8 @@ def _ask_status(paths: Any) -> dict[str, Any]:
         try:
             return ask(socket_path(paths), "status", timeout=3.0)
         except Unreachable:
-            if lock_holder(paths) is None or time.monotonic() >= deadline:
+            on_its_way = lock_holder(paths) is not None or daemon_starting(paths)  # launched, no lock yet
+            if not on_its_way or time.monotonic() >= deadline:
                 raise
             time.sleep(0.05)
 

@@ -100,9 +100,14 @@ def test_status_waits_for_a_daemon_that_holds_its_lock_but_does_not_listen_yet(
     monkeypatch.setattr(wire, "ask", ask)
     monkeypatch.setattr("gpubox.queue.layout.lock_holder", lambda paths: 42)
     assert daemon_cli._ask_status(resolve_paths()) == {"pid": 42} and len(tries) == 3
-    # Nobody holds the lock: no daemon is starting, and none is waited for.
+    # A daemon a client launched, before it takes its lock: waited for too.
     tries.clear()
     monkeypatch.setattr("gpubox.queue.layout.lock_holder", lambda paths: None)
+    monkeypatch.setattr("gpubox.queue.client.daemon_starting", lambda paths: True)
+    assert daemon_cli._ask_status(resolve_paths()) == {"pid": 42} and len(tries) == 3
+    # Nobody holds the lock and nothing is starting: none is waited for.
+    tries.clear()
+    monkeypatch.setattr("gpubox.queue.client.daemon_starting", lambda paths: False)
     with pytest.raises(wire.Unreachable):
         daemon_cli._ask_status(resolve_paths())
     assert tries == [1]
