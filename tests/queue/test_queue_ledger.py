@@ -84,7 +84,8 @@ def test_the_daemon_records_each_attempts_gpu_use(queue: QueueBox) -> None:
         if s.name == "gpubox_gpu_allocated_seconds_total"
     }
     assert exported.keys() == held.keys()
-    assert all(abs(exported[u] - held[u]) < 1e-6 for u in held)
+    # Seen to fail once in a CI run, not again since: the figures, should it fail again.
+    assert all(abs(exported[u] - held[u]) < 1e-6 for u in held), (exported, held, report.since, report.until)
 
 
 def test_a_daemon_killed_mid_job_leaves_a_gap_not_a_double_count(queue: QueueBox) -> None:
