@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import signal
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from contextlib import suppress
 from pathlib import Path
 from typing import Any
@@ -80,17 +80,31 @@ def _parents() -> dict[int, int]:
     return out
 
 
+def _children() -> dict[int, list[int]]:
+    """parent pid -> its live children, from one reading of /proc."""
+    children: dict[int, list[int]] = {}
+    for pid, ppid in _parents().items():
+        children.setdefault(ppid, []).append(pid)
+    return children
+
+
 def descendants(root: int, spare: frozenset[int] = frozenset()) -> set[int]:
     """Every live process below `root`, less those in `spare` and everything below them."""
-    return _below([root], spare)
+    children = _children()
+    found: set[int] = set()
+    pending = [p for p in children.get(root, []) if p not in spare]
+    while pending:
+        pid = pending.pop()
+        if pid not in found:
+            found.add(pid)
+            pending.extend(p for p in children.get(pid, []) if p not in spare)
+    return found
 
 
 def owners(roots: Mapping[int, int]) -> dict[int, int]:
     """pid -> owner, for each root pid (mapped to its owner) and every live process below it,
     from one reading of /proc."""
-    children: dict[int, list[int]] = {}
-    for pid, ppid in _parents().items():
-        children.setdefault(ppid, []).append(pid)
+    children = _children()
     found: dict[int, int] = {}
     for root, owner in roots.items():
         pending = [root]
@@ -99,20 +113,6 @@ def owners(roots: Mapping[int, int]) -> dict[int, int]:
             if pid not in found:
                 found[pid] = owner
                 pending.extend(children.get(pid, []))
-    return found
-
-
-def _below(roots: Iterable[int], spare: frozenset[int] = frozenset()) -> set[int]:
-    children: dict[int, list[int]] = {}
-    for pid, ppid in _parents().items():
-        children.setdefault(ppid, []).append(pid)
-    found: set[int] = set()
-    pending = [p for root in roots for p in children.get(root, []) if p not in spare]
-    while pending:
-        pid = pending.pop()
-        if pid not in found:
-            found.add(pid)
-            pending.extend(p for p in children.get(pid, []) if p not in spare)
     return found
 
 
