@@ -256,5 +256,10 @@ def _store_jobs(command: Sequence[str] | None, opts: AddOptions, file: Path | No
 
 
 def joined(values: list[str] | None) -> str | None:
-    """A list option given several times (--gpu 0 --gpu 1): one list, as --gpu 0,1."""
-    return ",".join(values) if values else None
+    """A list option given several times (--gpu 0 --gpu 1): one list, as --gpu 0,1. An empty one
+    among them is passed alone, so the message says that option is empty rather than naming a
+    list the user never typed ('0,')."""
+    if not values:
+        return None
+    blank = [v for v in values if not v.strip()]
+    return blank[0] if blank else ",".join(values)

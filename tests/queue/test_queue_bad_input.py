@@ -424,7 +424,11 @@ CASES: list[tuple[str, tuple[str, ...], int, str]] = [
     ("pause-gpu", ("queue", "pause", "--gpu", "0"), NO_GPU, "NVML"),
     ("resume-gpu", ("queue", "resume", "--gpu", "0"), NO_GPU, "NVML"),
     ("pause-gpu-empty", ("queue", "pause", "--gpu", ""), USAGE, "--gpu is empty"),
-    ("add-gpu-twice-one-empty", ("queue", "add", "--gpu", "0", "--gpu", "", "--", "true"), USAGE, "an empty GPU"),
+    # A repeated option with one empty value names that option, not a joined list never typed.
+    ("add-gpu-twice-one-empty", ("queue", "add", "--gpu", "0", "--gpu", "", "--", "true"), USAGE, "--gpu is empty"),
+    ("after-twice-one-empty", ("queue", "add", "--after", "1", "--after", "", "--", "true"), USAGE, "--after is empty"),
+    ("after-twice-one-blank", ("queue", "add", "--after", " ", "--after", "1", "--", "true"), USAGE, "is empty"),
+    ("edit-gpu-twice-one-empty", ("queue", "edit", "{queued}", "--gpu", "0", "--gpu", ""), USAGE, "--gpu is empty"),
     ("add-gpu-list-with-a-hole", ("queue", "add", "--gpu", "0,,1", "--", "true"), USAGE, "--gpu 0,,1 names an empty"),
     ("pause-gpu-twice", ("queue", "pause", "--gpu", "0", "--gpu", "1"), USAGE, "--gpu is given 2 times"),
     ("resume-gpu-twice", ("queue", "resume", "--gpu", "0", "--gpu", "1"), USAGE, "--gpu is given 2 times"),
