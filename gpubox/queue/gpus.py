@@ -7,7 +7,8 @@ pynvml is imported on first use, so clients that never name a GPU never pay for 
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import os
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import suppress
 from dataclasses import dataclass
 from typing import Any
@@ -101,16 +102,23 @@ def _memory(process: object) -> int | None:
 
 
 def jobs_memory(
-    processes: list[tuple[int, int | None]] | None, owner: Mapping[int, int]
+    processes: list[tuple[int, int | None]] | None,
+    owner: Mapping[int, int],
+    visible: Callable[[int], bool] = lambda pid: os.path.exists(f"/proc/{pid}"),
 ) -> tuple[tuple[int, int], ...] | None:
     """(job id, GPU memory its processes use) on one GPU, for every job in `owner` (pid -> job
-    id) with a process there; None when that is not known (NVML cannot say what one uses)."""
+    id) with a process there; None when that is not known: NVML cannot say what one uses, or
+    lists a process this one cannot see (NVML names pids of another PID namespace when the queue
+    runs in a container, and then the queue's own processes would pass for strangers' and no
+    preemption would ever seem to free anything)."""
     if processes is None:
         return None
     held: dict[int, int] = {}
     for pid, used in processes:
         job = owner.get(pid)
         if job is None:
+            if owner and not visible(pid):
+                return None
             continue  # not the queue's: part of what stopping queue jobs does not free
         if used is None:
             return None

@@ -33,10 +33,10 @@ process list and /proc when a preemption is weighed), not what processes outside
 other queue jobs hold. So a GPU that needs jobs stopped counts as fitting when its total memory,
 less what stays used once they have exited and less what jobs started in this pass reserve
 there, is at least the memory asked for: a batch job is never stopped for an `infer` job that
-would still not fit. Where the shares are not known (NVML cannot say what each process uses),
-stopping is taken to free everything, and the daemon's next `place_jobs` once the stopped jobs
-have exited decides with the real free memory. On a GPU where nothing is stopped, the memory
-asked for must be free as in `place_jobs`.
+would still not fit. Where the shares are not known (NVML cannot say what each process uses, or
+names processes of another PID namespace), stopping is taken to free everything, and the
+daemon's next `place_jobs` once the stopped jobs have exited decides with the real free memory.
+On a GPU where nothing is stopped, the memory asked for must be free as in `place_jobs`.
 """
 
 from __future__ import annotations

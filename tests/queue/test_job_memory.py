@@ -21,19 +21,31 @@ from tests.fake_nvml.scenarios import FakeBox, FakeProcess, h100
 from tests.queue.conftest import wait_until
 
 GIB = 1 << 30
+PID_MAX_LIMIT = 1 << 22  # the kernel never gives a pid above this
 GPU = GpuInfo(0, "GPU-0", 80 * GIB, 50 * GIB)
+
+
+def seen(pid: int) -> bool:
+    return True
 
 
 def test_each_jobs_processes_are_summed_and_other_processes_are_no_jobs() -> None:
     processes = [(10, 20 * GIB), (11, 5 * GIB), (12, 7 * GIB), (99, 25 * GIB)]
-    assert jobs_memory(processes, {10: 1, 11: 1, 12: 2}) == ((1, 25 * GIB), (2, 7 * GIB))
-    assert jobs_memory(processes, {}) == ()
+    assert jobs_memory(processes, {10: 1, 11: 1, 12: 2}, seen) == ((1, 25 * GIB), (2, 7 * GIB))
+    assert jobs_memory(processes, {}, seen) == ()
 
 
 def test_not_known_when_nvml_cannot_say_what_a_jobs_process_uses() -> None:
-    assert jobs_memory([(10, None), (99, 25 * GIB)], {10: 1}) is None
-    assert jobs_memory([(10, 20 * GIB), (99, None)], {10: 1}) == ((1, 20 * GIB),)  # not a job's
-    assert jobs_memory(None, {10: 1}) is None
+    assert jobs_memory([(10, None), (99, 25 * GIB)], {10: 1}, seen) is None
+    assert jobs_memory([(10, 20 * GIB), (99, None)], {10: 1}, seen) == ((1, 20 * GIB),)  # not a job's
+    assert jobs_memory(None, {10: 1}, seen) is None
+
+
+def test_not_known_when_nvml_lists_a_process_of_another_pid_namespace() -> None:
+    # In a container NVML names host pids: the queue's own processes would pass for strangers'.
+    processes = [(10, 20 * GIB), (99, 25 * GIB)]
+    assert jobs_memory(processes, {10: 1}, lambda pid: pid != 99) is None
+    assert jobs_memory(processes, {}, lambda pid: pid != 99) == ()  # no job runs: nothing to stop
 
 
 class ProcessesOnGpu0:
@@ -65,6 +77,9 @@ def test_the_daemon_counts_a_jobs_whole_tree_as_that_job(paths: Paths, tmp_path:
         daemon = Daemon(paths, QueueConfig(preempt=True), gpu_source=source, log=lambda _: None)
         batch = Job(7, JobSpec(("x",), kind="batch"), "running", 0.0, gpu_uuids=("GPU-0",), pid=supervisor.pid)
         assert daemon._job_memory([batch]) == {"GPU-0": ((7, 20 * GIB),)}
+        # A pid above the kernel's largest (2**22) names no process here: another namespace's.
+        source.list.append((PID_MAX_LIMIT + 1, 5 * GIB))
+        assert daemon._job_memory([batch]) == {"GPU-0": None}
     finally:
         for pid in (grandchild, supervisor.pid):
             if pid:
