@@ -74,15 +74,22 @@ def _name(rec: Mapping[str, Any]) -> str:
 
 def columns(text: str) -> int:
     """How many terminal columns `text` takes: two for a wide character (CJK, most emoji),
-    none for a combining mark or a zero-width one, one for the rest."""
+    none for a combining mark or a zero-width one, one for the rest. A decomposed Hangul
+    syllable's vowel and final consonant join its initial consonant's two columns, as
+    terminals draw them."""
     if text.isascii():
         return len(text)
     width = 0
     for c in text:
-        if unicodedata.combining(c) or unicodedata.category(c) in ("Mn", "Me", "Cf"):
+        if unicodedata.combining(c) or unicodedata.category(c) in ("Mn", "Me", "Cf") or _hangul_joined(c):
             continue
         width += 2 if unicodedata.east_asian_width(c) in ("W", "F") else 1
     return width
+
+
+def _hangul_joined(c: str) -> bool:
+    """A Hangul medial vowel or final consonant (conjoining jamo), drawn inside the syllable."""
+    return "\u1160" <= c <= "\u11ff" or "\ud7b0" <= c <= "\ud7ff"
 
 
 def _note(rec: Mapping[str, Any]) -> str:

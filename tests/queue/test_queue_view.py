@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import time
+import unicodedata
 from typing import Any
 
-from gpubox.cli.queue_view import NAME_WIDTH, job_table
+from gpubox.cli.queue_view import NAME_WIDTH, columns, job_table
 
 
 def record(**fields: Any) -> dict[str, Any]:
@@ -108,6 +109,20 @@ def test_columns_stay_aligned_with_wide_characters_and_a_long_command_is_cut_by_
     )
     cut = lines[3][4:].split("  ")[0]
     assert cut == "python 評価スクリプトを…" and wide(cut) == NAME_WIDTH
+
+
+def test_a_decomposed_hangul_syllable_takes_the_columns_of_the_composed_one() -> None:
+    composed = "학습"  # precomposed syllables, two columns each
+    decomposed = unicodedata.normalize("NFD", composed)
+    assert len(decomposed) == 6 and columns(decomposed) == columns(composed) == 4
+    table = job_table(
+        [record(id=1, name=composed, command="true"), record(id=2, name=decomposed, command="true")],
+        {1: "cpu", 2: "cpu"},
+        now=1000.0,
+    )
+    first, second = table.splitlines()[1:]
+    # The same padding after either name: KIND starts at the same terminal column.
+    assert first.index("other") - len(composed) == second.index("other") - len(decomposed)
 
 
 def wide(text: str) -> int:
