@@ -28,11 +28,16 @@ HANG = 60.0
 
 
 def run_daemon(
-    paths: Paths, scenario: Callable[[Daemon, JobStore], None], log: Callable[[str], None] = lambda line: None
+    paths: Paths,
+    scenario: Callable[[Daemon, JobStore], None],
+    log: Callable[[str], None] = lambda line: None,
+    gpu_source: object = None,
+    poll_interval_s: float = 2.0,
 ) -> int:
     """Run a daemon in this thread while `scenario(daemon, store)` runs in another; how often the
     fast way started a job."""
-    daemon = Daemon(paths, QueueConfig(poll_interval_s=2.0), gpu_source=NoGpus(), log=log)
+    config = QueueConfig(poll_interval_s=poll_interval_s)
+    daemon = Daemon(paths, config, gpu_source=gpu_source or NoGpus(), log=log)
     fast = 0
     original = daemon._finish_and_start_next
 

@@ -1,0 +1,80 @@
+"""The daemon reads the GPUs only for jobs that may need one: on a GPU box NVML's first start can
+take longer than a short CPU-only job, which should not wait for it."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+from gpubox.paths import Paths
+from gpubox.queue.daemon import WINDOW, Daemon
+from gpubox.queue.gpus import GpuInfo
+from gpubox.queue.layout import socket_path
+from gpubox.queue.store import JobStore
+from gpubox.queue.wire import poke
+from tests.queue.conftest import NoGpus, wait_until
+from tests.queue.test_queue_fast_start import HANG, hold, run_daemon, spec, wait_done
+
+
+class CountedGpus(NoGpus):
+    """A box without GPUs that counts how often the daemon asks."""
+
+    def __init__(self) -> None:
+        self.reads = 0
+
+    def read(self) -> list[object]:
+        self.reads += 1
+        return []
+
+
+def test_cpu_only_jobs_start_without_reading_the_gpus_and_others_read_them(paths: Paths) -> None:
+    source = CountedGpus()
+    reads: list[int] = []
+
+    def scenario(daemon: Daemon, store: JobStore) -> None:
+        ids = [j.id for j in store.add_many([spec("true") for _ in range(5)])]
+        poke(socket_path(paths))
+        wait_done(store, ids)
+        assert [store.require(i).state for i in ids] == ["succeeded"] * len(ids)
+        reads.append(source.reads)
+        # Without --gpus the box decides (here: none, so it runs on the CPU): the GPUs are read.
+        auto = store.add_many([dataclasses.replace(spec("true"), gpus=None)])[0].id
+        poke(socket_path(paths))
+        wait_done(store, [auto])
+        assert store.require(auto).state == "succeeded"
+        reads.append(source.reads)
+
+    run_daemon(paths, scenario, gpu_source=source)
+    assert reads[0] == 0, f"the GPUs were read {reads[0]} times for CPU-only jobs"
+    assert reads[1] >= 1
+
+
+class OneGpu(CountedGpus):
+    def read(self) -> list[object]:
+        self.reads += 1
+        return [GpuInfo(0, "GPU-0", 80 << 30, 0)]
+
+
+def test_a_gpu_job_behind_a_full_window_of_cpu_only_jobs_starts_while_they_wait(paths: Paths, tmp_path: Path) -> None:
+    # More CPU-only jobs than an event-driven pass reads (its window), all ranked ahead of a GPU
+    # job added once they wait: the GPU is free, so the GPU job starts at once, not at the next
+    # timed pass (an hour away here), while they wait their turn for the one CPU slot.
+    go = tmp_path / "go"
+    source = OneGpu()
+
+    def scenario(daemon: Daemon, store: JobStore) -> None:
+        cpu = [j.id for j in store.add_many([spec(hold(go)) for _ in range(WINDOW + 8)])]
+        poke(socket_path(paths))
+        try:
+            wait_until(lambda: store.require(cpu[0]).state == "running", HANG, "the first CPU-only job")
+            gpu_job = store.add_many([dataclasses.replace(spec("true"), gpus=1)])[0].id
+            poke(socket_path(paths))
+            wait_done(store, [gpu_job])
+            assert store.require(gpu_job).state == "succeeded"
+            assert store.require(gpu_job).gpu_uuids == ("GPU-0",)
+            assert [store.require(i).state for i in cpu[1:]] == ["queued"] * (len(cpu) - 1)
+        finally:
+            go.touch()
+        wait_done(store, cpu)
+
+    run_daemon(paths, scenario, gpu_source=source, poll_interval_s=3600.0)
