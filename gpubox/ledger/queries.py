@@ -1,7 +1,9 @@
 """What a report reads from the ledger: sums over a window [since, until), in seconds.
 
 Per-GPU figures come from whole hours where the window covers them and from minutes at its two
-ends, so a report over a year reads some 9,000 rows per GPU rather than 525,600. A minute the
+ends, so a report over a year reads some 9,000 rows per GPU rather than 525,600. An hour row holds
+exactly the sum of its minute rows (the store adds it up from their integers), so where a window's
+parts fall changes nothing, and the exporter, which adds up the hours, says the same. A minute the
 window cuts counts for the part of it inside the window and not in a gap, up to what it observed,
 so a GPU's observed time never exceeds the window (where retention dropped the minutes sooner than
 the hours, the window's two part hours are missing). Per-attempt and unqueued figures are kept

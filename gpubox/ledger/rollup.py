@@ -53,14 +53,6 @@ class Batch:
     wait_reasons: Mapping[tuple[int, str], float] = field(default_factory=dict)  # (hour, reason) -> job-seconds
     wait_free: Mapping[tuple[str, int], float] = field(default_factory=dict)  # (uuid, hour) -> free while jobs waited
 
-    def gpu_hours(self) -> dict[tuple[str, int], GpuUsage]:
-        """The per-minute increments summed per GPU per hour, for the hourly rollups."""
-        hours: dict[tuple[str, int], GpuUsage] = {}
-        for (uuid, minute), usage in self.gpu_minutes.items():
-            key = (uuid, minute - minute % HOUR)
-            hours[key] = hours[key].plus(usage) if key in hours else usage
-        return hours
-
     @property
     def empty(self) -> bool:
         return not (

@@ -204,10 +204,9 @@ class LedgerStore:
             return
         with self._write() as db:
             ids = self._gpu_ids(db, batch)
-            minutes = (((minute, ids[uuid]), u) for (uuid, minute), u in batch.gpu_minutes.items())
-            _add_usage(db, "gpu_minutes", ("minute", "gpu"), GPU_COLUMNS, minutes)
-            hours = (((hour, ids[uuid]), u) for (uuid, hour), u in batch.gpu_hours().items())
-            _add_usage(db, "gpu_hours", ("hour", "gpu"), GPU_COLUMNS, hours)
+            minutes = {(minute, ids[uuid]): GPU_COLUMNS.values(u) for (uuid, minute), u in batch.gpu_minutes.items()}
+            _add_rows(db, "gpu_minutes", ("minute", "gpu"), GPU_COLUMNS, minutes.items())
+            _add_rows(db, "gpu_hours", ("hour", "gpu"), GPU_COLUMNS, _hour_rows(minutes).items())
             attempt_hours = (((hour, job, n), u) for (job, n, hour), u in batch.attempt_hours.items())
             _add_usage(db, "attempt_hours", ("hour", "job_id", "attempt"), ATTEMPT_COLUMNS, attempt_hours)
             unqueued = (((hour, ids[uuid], user or ""), u) for (uuid, hour, user), u in batch.unqueued_hours.items())
@@ -310,6 +309,23 @@ class LedgerStore:
             )
 
 
+def _hour_rows(minutes: Mapping[tuple[int, int], list[int]]) -> dict[tuple[int, int], list[int]]:
+    """The hour rows of a batch's (minute, gpu) rows, added up from their stored integers, not
+    rounded again from the floats: each hour then holds exactly the sum of its minutes, so a
+    report (minutes at a window's ends, hours between) and the exporter (hours) agree to the ms."""
+    flags = len(GPU_COLUMNS.columns)  # busy_source, after the sums: OR-ed, as the upsert does
+    hours: dict[tuple[int, int], list[int]] = {}
+    for (minute, gpu), values in minutes.items():
+        key = (minute - minute % HOUR, gpu)
+        row = hours.get(key)
+        if row is None:
+            hours[key] = list(values)
+            continue
+        for i, value in enumerate(values):
+            row[i] = row[i] | value if i >= flags else row[i] + value
+    return hours
+
+
 def _add_usage(
     db: sqlite3.Connection,
     table: str,
@@ -318,7 +334,18 @@ def _add_usage(
     rows: Iterable[tuple[tuple[object, ...], Any]],
 ) -> None:
     """Add each usage record to the row with its key, or insert it."""
-    data = [(*k, *columns.values(usage)) for k, usage in rows]
+    _add_rows(db, table, key, columns, ((k, columns.values(usage)) for k, usage in rows))
+
+
+def _add_rows(
+    db: sqlite3.Connection,
+    table: str,
+    key: Sequence[str],
+    columns: Columns[Any],
+    rows: Iterable[tuple[tuple[object, ...], Sequence[int]]],
+) -> None:
+    """Add each row of stored integers (in `columns.names` order) to the row with its key, or insert it."""
+    data = [(*k, *values) for k, values in rows]
     if not data:
         return
     names = ", ".join((*key, *columns.names))

@@ -12,7 +12,7 @@ from gpubox.ledger import queries
 from gpubox.ledger.accounting import Allocation
 from gpubox.ledger.recorder import Recorder
 from gpubox.ledger.report import build_report
-from gpubox.ledger.schema import SCHEMA_VERSION
+from gpubox.ledger.schema import GPU_COLUMNS, SCHEMA_VERSION
 from gpubox.ledger.store import LedgerError, LedgerStore, ledger_path
 from gpubox.paths import resolve_paths
 from gpubox.telemetry.model import BoxSnapshot
@@ -68,6 +68,25 @@ def test_figures_are_stored_as_integers(tmp_path: Path) -> None:
     assert store.rows(
         "SELECT sum(busy_ms) FROM gpu_minutes WHERE gpu = (SELECT id FROM gpus WHERE uuid = 'GPU-0')"
     ) == [(112_500,)]
+
+
+def test_each_hour_row_is_the_sum_of_its_minute_rows(tmp_path: Path) -> None:
+    # Reports read minutes at a window's ends and hours between, the exporter hours alone: the
+    # two tables must hold the same milliseconds, however a write's time falls across minutes.
+    def scene(t: float) -> tuple[BoxSnapshot, Iterable[Allocation]]:
+        share = (t * 7.3) % 1.0  # figures that change with every sample
+        gpus = [gpu("GPU-0", 0, gpu_busy=100 * share, sm_occupancy=33.3, power_w=301.7)]
+        return snap(t, gpus, [proc(1, job_id=1, loader_wait=share / 3)]), [job(1, "GPU-0")]
+
+    store = open_store(tmp_path)
+    clock = Clock()
+    recorder = Recorder(store, interval_s=0.7, clock=clock, flush_every_s=20)
+    drive(recorder, clock, scene, T0 - 95.0003, T0 + 130, step=0.7003)  # across an hour and its minutes
+    recorder.close()
+    columns = ", ".join(f"SUM({name})" for name in GPU_COLUMNS.names[:-1])
+    minutes = store.rows(f"SELECT minute - minute % 3600, gpu, {columns} FROM gpu_minutes GROUP BY 1, 2 ORDER BY 1, 2")
+    hours = store.rows(f"SELECT hour, gpu, {columns} FROM gpu_hours GROUP BY 1, 2 ORDER BY 1, 2")
+    assert len(hours) == 2 and hours == minutes
 
 
 def test_retention_deletes_what_is_older_than_the_days_kept(tmp_path: Path) -> None:

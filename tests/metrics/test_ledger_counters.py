@@ -8,10 +8,12 @@ from pathlib import Path
 
 from gpubox.ledger.accounting import Allocation
 from gpubox.ledger.recorder import Recorder
+from gpubox.ledger.report import build_report
+from gpubox.ledger.store import LedgerStore
 from gpubox.metrics.catalog import LEDGER_METRICS
 from gpubox.metrics.ledger_totals import ledger_totals
 from gpubox.telemetry.model import BoxSnapshot
-from tests.ledger.builders import Clock, drive, gpu, job, open_store, proc, snap
+from tests.ledger.builders import T0, Clock, drive, gpu, job, open_store, proc, snap
 
 LATER = 1_111_111 * 3600  # an hour in 2096: the box's clock now reads earlier than what was recorded
 
@@ -36,3 +38,22 @@ def test_totals_include_what_was_recorded_after_the_clock_now(tmp_path: Path) ->
     assert set(totals) == {"GPU-0"}
     seconds = totals["GPU-0"]
     assert (seconds.allocated_s, seconds.busy_s, seconds.starved_s) == (7200.0, 3600.0, 1800.0)
+
+
+def test_the_counters_match_the_report_when_a_write_straddles_a_minute(tmp_path: Path) -> None:
+    # One write holds 300.3 ms of each of two minutes of one hour. The report of a window under an
+    # hour reads the minutes, the exporter the hours: both must say the same milliseconds.
+    boundary = T0 + 600
+    store = open_store(tmp_path)
+    clock = Clock()
+    recorder = Recorder(store, interval_s=0.5, clock=clock, flush_every_s=3600)
+    for t in (boundary - 0.3003, boundary + 0.3003):
+        recorder.record(snap(t, [gpu(gpu_busy=50.0)]), [job(1, "GPU-0")])
+    recorder.close()
+    store.close()
+    exported = ledger_totals(store.path)()["GPU-0"]
+    with LedgerStore(store.path, create=False) as reader:
+        [row] = build_report(reader, boundary - 60, boundary + 60, by="gpu", now=boundary + 1).rows
+    assert abs(exported.allocated_s - row.allocated_gpu_hours * 3600) < 1e-9, (exported, row)
+    assert exported.busy_s is not None and row.busy_gpu_hours is not None
+    assert abs(exported.busy_s - row.busy_gpu_hours * 3600) < 1e-9, (exported, row)
