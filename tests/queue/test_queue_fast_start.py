@@ -28,11 +28,14 @@ HANG = 60.0
 
 
 def run_daemon(
-    paths: Paths, scenario: Callable[[Daemon, JobStore], None], log: Callable[[str], None] = lambda line: None
+    paths: Paths,
+    scenario: Callable[[Daemon, JobStore], None],
+    log: Callable[[str], None] = lambda line: None,
+    config: QueueConfig | None = None,
 ) -> int:
     """Run a daemon in this thread while `scenario(daemon, store)` runs in another; how often the
     fast way started a job."""
-    daemon = Daemon(paths, QueueConfig(poll_interval_s=2.0), gpu_source=NoGpus(), log=log)
+    daemon = Daemon(paths, config or QueueConfig(poll_interval_s=2.0), gpu_source=NoGpus(), log=log)
     fast = 0
     original = daemon._finish_and_start_next
 
