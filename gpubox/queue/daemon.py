@@ -637,13 +637,17 @@ class Daemon:
                 gpus_unknown=self._nvml_error or "",
                 job_memory=functools.partial(self._job_memory, running),
             )
-            if not full and len(queued) >= WINDOW and _capacity_left(running, plan, gpus or [], paused, self.config):
+            if not every_job and _capacity_left(running, plan, gpus or [], paused, self.config):
                 full = True
                 continue
             for job_id, reason in plan.failures.items():
+                self.reasons.pop(job_id, None)
                 if store.fail_queued(job_id, reason):
                     self.log(f"job {job_id}: failed without running: {reason}")
-            if full:
+            # A window that was not filled held every queued job: its reasons are all there are.
+            # Merged instead, a job that left the queue without starting (its dependency failed, a
+            # cancel) would keep its reason, and with it a spare supervisor, while nothing waits.
+            if every_job:
                 self.reasons = dict(plan.waits)
             else:
                 self.reasons.update(plan.waits)

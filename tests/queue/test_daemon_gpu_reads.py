@@ -10,6 +10,7 @@ from gpubox.paths import Paths
 from gpubox.queue.daemon import WINDOW, Daemon
 from gpubox.queue.gpus import GpuInfo
 from gpubox.queue.layout import socket_path
+from gpubox.queue.schedule import QueueConfig
 from gpubox.queue.store import JobStore
 from gpubox.queue.wire import poke
 from tests.queue.conftest import NoGpus, wait_until
@@ -77,4 +78,4 @@ def test_a_gpu_job_behind_a_full_window_of_cpu_only_jobs_starts_while_they_wait(
             go.touch()
         wait_done(store, cpu)
 
-    run_daemon(paths, scenario, gpu_source=source, poll_interval_s=3600.0)
+    run_daemon(paths, scenario, gpu_source=source, config=QueueConfig(poll_interval_s=3600.0))

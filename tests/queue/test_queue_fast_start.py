@@ -32,11 +32,11 @@ def run_daemon(
     scenario: Callable[[Daemon, JobStore], None],
     log: Callable[[str], None] = lambda line: None,
     gpu_source: object = None,
-    poll_interval_s: float = 2.0,
+    config: QueueConfig | None = None,
 ) -> int:
     """Run a daemon in this thread while `scenario(daemon, store)` runs in another; how often the
     fast way started a job."""
-    config = QueueConfig(poll_interval_s=poll_interval_s)
+    config = config or QueueConfig(poll_interval_s=2.0)
     daemon = Daemon(paths, config, gpu_source=gpu_source or NoGpus(), log=log)
     fast = 0
     original = daemon._finish_and_start_next
