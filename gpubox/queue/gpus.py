@@ -108,21 +108,24 @@ def jobs_memory(
 ) -> tuple[tuple[int, int], ...] | None:
     """(job id, GPU memory its processes use) on one GPU, for every job in `owner` (pid -> job
     id) with a process there; None when that is not known: NVML cannot say what one uses, or
-    lists a process this one cannot see (NVML names pids of another PID namespace when the queue
-    runs in a container, and then the queue's own processes would pass for strangers' and no
-    preemption would ever seem to free anything)."""
+    it lists processes this one cannot see and none of the queue's. NVML names pids of another
+    PID namespace when the queue runs in a container: the queue's own processes would pass for
+    strangers' and no preemption would ever seem to free anything. (Where /proc hides other
+    users' processes (hidepid), the queue's own still match, so theirs count as strangers'.)"""
     if processes is None:
         return None
     held: dict[int, int] = {}
+    unseen = False
     for pid, used in processes:
         job = owner.get(pid)
         if job is None:
-            if owner and not visible(pid):
-                return None
+            unseen = unseen or not visible(pid)
             continue  # not the queue's: part of what stopping queue jobs does not free
         if used is None:
             return None
         held[job] = held.get(job, 0) + used
+    if unseen and owner and not held:
+        return None
     return tuple(sorted(held.items()))
 
 

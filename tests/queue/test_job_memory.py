@@ -43,9 +43,15 @@ def test_not_known_when_nvml_cannot_say_what_a_jobs_process_uses() -> None:
 
 def test_not_known_when_nvml_lists_a_process_of_another_pid_namespace() -> None:
     # In a container NVML names host pids: the queue's own processes would pass for strangers'.
+    processes = [(98, 20 * GIB), (99, 25 * GIB)]  # host pids; the job's own is 10 in here
+    assert jobs_memory(processes, {10: 1}, lambda pid: pid < 98) is None
+    assert jobs_memory(processes, {}, lambda pid: pid < 98) == ()  # no job runs: nothing to stop
+
+
+def test_where_proc_hides_other_users_the_queues_own_processes_still_count() -> None:
+    # hidepid: another user's process is not in /proc, but the job's own is listed and matched.
     processes = [(10, 20 * GIB), (99, 25 * GIB)]
-    assert jobs_memory(processes, {10: 1}, lambda pid: pid != 99) is None
-    assert jobs_memory(processes, {}, lambda pid: pid != 99) == ()  # no job runs: nothing to stop
+    assert jobs_memory(processes, {10: 1}, lambda pid: pid != 99) == ((1, 20 * GIB),)
 
 
 class ProcessesOnGpu0:
@@ -77,8 +83,9 @@ def test_the_daemon_counts_a_jobs_whole_tree_as_that_job(paths: Paths, tmp_path:
         daemon = Daemon(paths, QueueConfig(preempt=True), gpu_source=source, log=lambda _: None)
         batch = Job(7, JobSpec(("x",), kind="batch"), "running", 0.0, gpu_uuids=("GPU-0",), pid=supervisor.pid)
         assert daemon._job_memory([batch]) == {"GPU-0": ((7, 20 * GIB),)}
-        # A pid above the kernel's largest (2**22) names no process here: another namespace's.
-        source.list.append((PID_MAX_LIMIT + 1, 5 * GIB))
+        # In a container NVML names the host's pids: a pid above the kernel's largest (2**22)
+        # names no process here, and none of the job's own is listed.
+        source.list[:] = [(PID_MAX_LIMIT + 1, 20 * GIB), (1, 25 * GIB)]
         assert daemon._job_memory([batch]) == {"GPU-0": None}
     finally:
         for pid in (grandchild, supervisor.pid):
