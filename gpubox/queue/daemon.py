@@ -662,6 +662,10 @@ class Daemon:
                 self._dirty = True  # plan the next start again, from the database as it is now
             if not plan.failures:
                 break
+        if not self.last_gpus and not self._nvml_error and (any(j.gpu_uuids for j in running) or set(paused) - {QUEUE}):
+            # Only CPU-only jobs were read (or none): the GPUs that jobs hold or that are paused are
+            # still named by index (`queue ls`, `daemon status`), read once the starts are made.
+            self._gpus()
         self._keep_spare(bool(self.reasons))
         self._rearm(guess)
         self._arm(store)

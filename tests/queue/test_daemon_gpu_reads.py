@@ -79,3 +79,28 @@ def test_a_gpu_job_behind_a_full_window_of_cpu_only_jobs_starts_while_they_wait(
         wait_done(store, cpu)
 
     run_daemon(paths, scenario, gpu_source=source, config=QueueConfig(poll_interval_s=3600.0))
+
+
+def test_gpus_held_or_paused_are_named_by_index_when_only_cpu_only_jobs_wait(paths: Paths) -> None:
+    # A daemon started while a GPU job runs (a restart, an upgrade) with only CPU-only jobs queued:
+    # `queue ls`/`queue show` name the held GPU, and `daemon status` the paused one, from the
+    # GPUs it read. Never read, they show UUIDs ("GPU GPU-0"), and the clients, given an answer,
+    # do not read NVML themselves.
+    import os
+
+    from gpubox.queue.layout import db_path
+
+    source = OneGpu()
+    store = JobStore(db_path(paths))
+    try:
+        gpu_job = store.add(dataclasses.replace(spec("sleep 60"), gpus=1))
+        assert store.mark_started(gpu_job.id, os.getpid(), ("GPU-0",), "boot")
+        store.add(spec("true"))
+        store.pause()  # nothing starts in this pass: no supervisor is needed
+        store.pause("GPU-0")
+        daemon = Daemon(paths, QueueConfig(), gpu_source=source, boot="boot", log=lambda _: None)
+        daemon._pass(store)
+        assert {g.uuid: g.index for g in daemon.last_gpus} == {"GPU-0": 0}
+        assert daemon.status(store)["paused_labels"] == ["the queue", "GPU 0"]
+    finally:
+        store.close()
