@@ -15,7 +15,7 @@ from typing import Any
 
 from gpubox.queue.gpus import GpuInfo
 from gpubox.queue.jobs import KINDS, Job
-from gpubox.queue.policy import GpuState, JobRequest, PolicyConfig, RunningJob, Start, _rank, place_jobs
+from gpubox.queue.policy import GpuState, JobRequest, PolicyConfig, RunningJob, Start, _gpu_count, _rank, place_jobs
 from gpubox.queue.preempt import Preempt, choose_preemptions
 from gpubox.queue.store import QUEUE
 
@@ -147,7 +147,8 @@ def plan_pass(
     starts, waits = place_jobs(requests, held, states, now, config.policy)
     plan.starts.extend(starts)
     plan.waits.update({w.job_id: w.reason for w in waits})
-    if config.preempt and any(r.kind == "infer" for r in requests if r.id in plan.waits):
+    # Only infer jobs that need a GPU are ever preempted for (a CPU-only one waits for its slot).
+    if config.preempt and any(r.kind == "infer" and _gpu_count(r) > 0 for r in requests if r.id in plan.waits):
         # Jobs asked to stop already are on their way out; they are not chosen twice.
         stoppable = [h for h, j in zip(held, running, strict=True) if j.request is None]
         if job_memory is not None and any(h.kind == "batch" and h.gpu_uuids for h in stoppable):

@@ -104,3 +104,24 @@ def test_gpus_held_or_paused_are_named_by_index_when_only_cpu_only_jobs_wait(pat
         assert daemon.status(store)["paused_labels"] == ["the queue", "GPU 0"]
     finally:
         store.close()
+
+
+def test_a_cpu_only_infer_job_waiting_for_a_slot_reads_no_gpu_processes() -> None:
+    # Preemption only ever stops batch jobs for infer jobs that need a GPU: a CPU-only infer job
+    # waiting for its slot must not read NVML's process lists and /proc (the first opens NVML,
+    # which a pass of CPU-only jobs skips; the second walks every process) on every pass.
+    from gpubox.queue.jobs import Job
+    from gpubox.queue.schedule import plan_pass
+
+    batch = Job(7, dataclasses.replace(spec("x"), gpus=1, kind="batch"), "running", 0.0, gpu_uuids=("GPU-0",), pid=1)
+    cpu = Job(8, spec("y"), "running", 0.0, pid=2)
+    infer = Job(1, dataclasses.replace(spec("z"), kind="infer"), "queued", 1.0)
+    asked: list[int] = []
+
+    def job_memory() -> dict[str, None]:
+        asked.append(1)
+        return {}
+
+    plan = plan_pass([infer], [batch, cpu], {}, [], {}, 5.0, QueueConfig(preempt=True), job_memory=job_memory)
+    assert 1 in plan.waits and plan.preempts == []
+    assert asked == []
