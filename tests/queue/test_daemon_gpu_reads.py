@@ -4,13 +4,15 @@ take longer than a short CPU-only job, which should not wait for it."""
 from __future__ import annotations
 
 import dataclasses
+import os
 from pathlib import Path
 
 from gpubox.paths import Paths
 from gpubox.queue.daemon import WINDOW, Daemon
 from gpubox.queue.gpus import GpuInfo
-from gpubox.queue.layout import socket_path
-from gpubox.queue.schedule import QueueConfig
+from gpubox.queue.jobs import Job
+from gpubox.queue.layout import db_path, socket_path
+from gpubox.queue.schedule import QueueConfig, plan_pass
 from gpubox.queue.store import JobStore
 from gpubox.queue.wire import poke
 from tests.queue.conftest import NoGpus, wait_until
@@ -86,10 +88,6 @@ def test_gpus_held_or_paused_are_named_by_index_when_only_cpu_only_jobs_wait(pat
     # `queue ls`/`queue show` name the held GPU, and `daemon status` the paused one, from the
     # GPUs it read. Never read, they show UUIDs ("GPU GPU-0"), and the clients, given an answer,
     # do not read NVML themselves.
-    import os
-
-    from gpubox.queue.layout import db_path
-
     source = OneGpu()
     store = JobStore(db_path(paths))
     try:
@@ -110,9 +108,6 @@ def test_a_cpu_only_infer_job_waiting_for_a_slot_reads_no_gpu_processes() -> Non
     # Preemption only ever stops batch jobs for infer jobs that need a GPU: a CPU-only infer job
     # waiting for its slot must not read NVML's process lists and /proc (the first opens NVML,
     # which a pass of CPU-only jobs skips; the second walks every process) on every pass.
-    from gpubox.queue.jobs import Job
-    from gpubox.queue.schedule import plan_pass
-
     batch = Job(7, dataclasses.replace(spec("x"), gpus=1, kind="batch"), "running", 0.0, gpu_uuids=("GPU-0",), pid=1)
     cpu = Job(8, spec("y"), "running", 0.0, pid=2)
     infer = Job(1, dataclasses.replace(spec("z"), kind="infer"), "queued", 1.0)

@@ -15,7 +15,7 @@ from gpubox.paths import Paths
 from gpubox.queue.daemon import Daemon
 from gpubox.queue.gpus import GpuInfo, jobs_memory
 from gpubox.queue.jobs import Job, JobSpec
-from gpubox.queue.schedule import QueueConfig
+from gpubox.queue.schedule import QueueConfig, plan_pass
 from tests.fake_nvml.build import fake_nvml_env
 from tests.fake_nvml.scenarios import FakeBox, FakeProcess, h100
 from tests.queue.conftest import wait_until
@@ -114,3 +114,15 @@ def test_nvml_lists_a_process_that_computes_and_draws_once(tmp_path: Path) -> No
     )
     (listed,) = json.loads(out.stdout).values()
     assert sorted(map(tuple, listed)) == [(1, 20 * GIB), (4242, 30 * GIB)]
+
+
+def test_a_batch_job_is_not_preempted_for_an_infer_job_a_hidden_strangers_memory_leaves_no_room() -> None:
+    # GPU 0: 80 GiB, 70 used: 60 by another user's process (hidden from /proc by hidepid), 10 by
+    # batch job 7. Infer job 1 needs 40 GiB: with job 7 gone 20 GiB are free, so stopping it would
+    # only lose its work.
+    gpu0 = GpuInfo(0, "GPU-0", 80 * GIB, 70 * GIB)
+    batch = Job(7, JobSpec(("x",), kind="batch"), "running", 0.0, started_at=0.0, gpu_uuids=("GPU-0",), pid=1)
+    infer = Job(1, JobSpec(("y",), kind="infer", gpu_mem_bytes=40 * GIB), "queued", 1.0)
+    shares = {"GPU-0": jobs_memory([(10, 10 * GIB), (99, 60 * GIB)], {10: 7}, lambda pid: pid == 10)}
+    plan = plan_pass([infer], [batch], {}, [gpu0], {}, 5.0, QueueConfig(preempt=True), job_memory=lambda: shares)
+    assert 1 in plan.waits and plan.preempts == []
