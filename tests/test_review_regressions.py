@@ -139,10 +139,19 @@ def test_process_sm_use_is_held_briefly_then_reads_zero() -> None:
 
 def test_container_pid_namespace_hides_host_pids(tmp_path: Path) -> None:
     status = tmp_path / "status"
+    no_link = str(tmp_path / "no-such-link")  # the namespace link unreadable: NSpid decides
     status.write_text("Name:\tx\nNSpid:\t4242\t7\n")
-    assert in_child_pid_namespace(str(status)) is True
+    assert in_child_pid_namespace(str(status), no_link) is True
     status.write_text("Name:\tx\nNSpid:\t4242\n")
-    assert in_child_pid_namespace(str(status)) is False
+    assert in_child_pid_namespace(str(status), no_link) is False
+    # A container mounts its own /proc, where NSpid lists one pid as on the host: the namespace
+    # link tells them apart.
+    link = tmp_path / "pid"
+    link.symlink_to("pid:[4026532201]")
+    assert in_child_pid_namespace(str(status), str(link)) is True
+    link.unlink()
+    link.symlink_to("pid:[4026531836]")
+    assert in_child_pid_namespace(str(status), str(link)) is False
     me = PidTable(host_pids_visible=False).lookup([1])[1]
     assert me.command is None and me.reasons["command"] == Reason.NO_PROCESS.value
 

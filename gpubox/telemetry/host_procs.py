@@ -164,9 +164,20 @@ def prime_host_cpu() -> None:
     psutil.cpu_percent(None)
 
 
-def in_child_pid_namespace(status_path: str = "/proc/self/status") -> bool:
+# The kernel's initial PID namespace has this inode number (PROC_PID_INIT_INO), on every kernel
+# since 3.8.
+INIT_PID_NAMESPACE = "pid:[4026531836]"
+
+
+def in_child_pid_namespace(status_path: str = "/proc/self/status", ns_path: str = "/proc/self/ns/pid") -> bool:
     """True inside a container with its own PID namespace, where NVML's host pids name other
-    processes (or none) in /proc."""
+    processes (or none) in /proc. Read from this process's namespace link: a container mounts its
+    own /proc, whose NSpid line then lists one pid only, as on the host. Where the link cannot be
+    read, from NSpid (more than one pid: this process is in a namespace below /proc's)."""
+    try:
+        return os.readlink(ns_path) != INIT_PID_NAMESPACE
+    except OSError:
+        pass
     try:
         with open(status_path) as fh:
             for line in fh:
