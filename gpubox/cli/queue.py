@@ -269,7 +269,7 @@ def cancel(ids: IDS, as_json: JSON = False) -> None:
         if any(store.require(job_id).state == "running" for job_id in ids):
             # A daemon records a stopped job's end: one runs before the signal (a job that
             # cancels itself is stopped with this client in it).
-            failure = wake(paths)
+            failure = wake(paths, waits="the end of a job stopped here is recorded once `gpubox daemon` runs")
         results = cancel_jobs(store, ids)
     ended = [f"job {r.job.id} ended already ({r.job.state})" for r in results if r.action == "ended already"]
     lines = [f"job {r.job.id}: {r.action}" for r in results if r.action != "ended already"]

@@ -141,13 +141,14 @@ def check_daemon_could_start(paths: Paths) -> None:
         check_daemon_start(paths)
 
 
-def wake(paths: Paths, started: bool = False) -> GpuboxError | None:
+def wake(paths: Paths, started: bool = False, waits: str | None = None) -> GpuboxError | None:
     """Wake the daemon (start it when none runs) after a change that is committed: its failure,
-    to be said after the change's own output, which must not be lost; None when it is up."""
-    from gpubox.queue.client import wake_daemon
+    to be said after the change's own output, which must not be lost; None when it is up.
+    `waits`: what waits for a daemon, said when none can start (queued jobs, by default)."""
+    from gpubox.queue.client import WAITS_FOR_DAEMON, wake_daemon
 
     try:
-        wake_daemon(paths, started)
+        wake_daemon(paths, started, waits or WAITS_FOR_DAEMON)
     except GpuboxError as exc:
         return exc
     return None

@@ -136,10 +136,13 @@ def start_daemon_early(paths: Paths) -> bool:
     return True
 
 
-def wake_daemon(paths: Paths, started: bool = False) -> str:
+WAITS_FOR_DAEMON = "queued jobs wait until `gpubox daemon` runs"
+
+
+def wake_daemon(paths: Paths, started: bool = False, waits: str = WAITS_FOR_DAEMON) -> str:
     """Ask the daemon to look at the queue now, starting it when none runs; what happened.
     `started`: this client started one already (start_daemon_early), which may not hold its
-    lock yet: it is not started twice."""
+    lock yet: it is not started twice. `waits`: what waits for a daemon when none can start."""
     if poke(socket_path(paths)):
         return "woken"
     if not started:
@@ -149,7 +152,7 @@ def wake_daemon(paths: Paths, started: bool = False) -> str:
             start_daemon(paths)
         except (OSError, GpuboxError) as exc:  # a process limit, a log it cannot open, a bad setting
             why = exc.message if isinstance(exc, GpuboxError) else exc.strerror or str(exc)
-            message = f"could not start the daemon ({why}): queued jobs wait until `gpubox daemon` runs"
+            message = f"could not start the daemon ({why}): {waits}"
             raise GpuboxError(message, ExitCode.DAEMON_UNREACHABLE) from None
     if os.environ.get("GPUBOX_JOB_ID"):
         # Started from inside a job, the daemon is adopted by that job's supervisor, which spares
