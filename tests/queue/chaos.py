@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tests.queue.conftest import QueueBox, wait_until
+from tests.queue.conftest import QueueBox, alive, wait_until
 
 END_STATES = ("succeeded", "failed", "cancelled", "timeout", "lost")
 HANG = 60.0  # only a guard against a hang
@@ -333,10 +333,8 @@ def _marked(box: QueueBox) -> dict[int, str]:
     for name in os.listdir("/proc"):
         if name.isdigit() and int(name) != os.getpid():
             with suppress(OSError):
-                if marker in Path(f"/proc/{name}/environ").read_bytes().split(b"\0"):
-                    stat = Path(f"/proc/{name}/stat").read_text()
-                    if stat[stat.rfind(")") + 2] != "Z":
-                        found[int(name)] = Path(f"/proc/{name}/comm").read_text().strip()
+                if marker in Path(f"/proc/{name}/environ").read_bytes().split(b"\0") and alive(int(name)):
+                    found[int(name)] = Path(f"/proc/{name}/comm").read_text().strip()
     return found
 
 

@@ -212,6 +212,15 @@ def queue(isolated_env: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Queue
         kill_everything(box)
 
 
+def alive(pid: int) -> bool:
+    """Whether the process runs: a zombie (ended, not yet reaped) does not."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat[stat.rfind(")") + 2] != "Z"
+
+
 def wait_until(check: Callable[[], bool], timeout: float = 20.0, what: str = "condition") -> None:
     deadline = time.monotonic() + timeout
     while not check():

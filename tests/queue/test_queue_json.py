@@ -16,7 +16,7 @@ import gpubox.cli.daemon as daemon_cli
 from gpubox.paths import resolve_paths
 from gpubox.queue import wire
 from gpubox.queue.records import DAEMON_DOWN
-from tests.queue.conftest import QueueBox, wait_until
+from tests.queue.conftest import QueueBox, alive, wait_until
 
 WAIT = 60.0
 
@@ -157,14 +157,6 @@ def test_retry_edit_and_cancel_with_no_daemon_say_what_they_did(queue: QueueBox)
     assert [j["action"] for j in doc["data"]["jobs"]] == ["stopping", "cancelled"] and doc["errors"] == [stopped]
     assert queue.job(job)["state"] == "cancelled"
     wait_until(lambda: not alive(sleeper), WAIT, "the stopped job to exit")
-
-
-def alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as fh:
-            return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
 
 
 def test_resume_with_nothing_paused_needs_no_daemon(queue: QueueBox) -> None:
