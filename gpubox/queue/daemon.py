@@ -623,7 +623,8 @@ class Daemon:
             # needs the GPUs read to be seen (_capacity_left), so only when every queued job was
             # read is it skipped.
             every_job = full or len(queued) < WINDOW
-            gpus = self._gpus() if queued and not (every_job and all(map(_cpu_only, queued))) else []
+            cpu_only = every_job and all(gpu_count_of(j, 1, self.config) == 0 for j in queued)  # on any box
+            gpus = self._gpus() if queued and not cpu_only else []
             paused = store.paused()
             dep_states = self._dep_states(store, queued, running)
             plan = plan_pass(
@@ -886,11 +887,6 @@ def _keeps(outcome: supervise.Outcome, asked: bool) -> bool:
     """Whether a supervisor may run another job after this one: not when anyone asked to stop its
     job, nor when a signal stopped it (someone's `kill`): another may be on its way to it."""
     return not asked and outcome.ran and outcome.outcome not in ("cancelled", "preempted")
-
-
-def _cpu_only(job: Job) -> bool:
-    """Asked for no GPU (--gpus 0), whatever the box has."""
-    return job.spec.gpus == 0 and job.spec.gpu_ids is None
 
 
 def _drain(fd: int) -> bytes:
