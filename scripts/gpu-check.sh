@@ -7,7 +7,14 @@ cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-python3}
 
 echo "== gpubox gpu-check $(date -u +%Y-%m-%dT%H:%M:%SZ)"
-nvidia-smi --query-gpu=index,name,driver_version,pcie.link.gen.current,pcie.link.width.current --format=csv,noheader || true
+nvidia-smi --query-gpu=index,name,driver_version,pcie.link.gen.current,pcie.link.width.current --format=csv,noheader 2>/dev/null || echo "(no nvidia-smi)"
+
+# Checked before anything is installed: on a machine without a GPU this says so and stops.
+if ! "$PYTHON" -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)" 2>/dev/null; then
+    echo "gpu-check: needs torch with CUDA and a GPU it can use, importable by $PYTHON (set PYTHON=...)" >&2
+    exit 1
+fi
+"$PYTHON" -c "import torch; print('torch', torch.__version__, 'CUDA', torch.version.cuda)"
 
 if ! "$PYTHON" -c "import gpubox, textual, typer" 2>/dev/null; then
     if [ -d wheels ]; then
@@ -16,7 +23,6 @@ if ! "$PYTHON" -c "import gpubox, textual, typer" 2>/dev/null; then
         "$PYTHON" -m pip install -q -e . 2>&1 | tail -2
     fi
 fi
-"$PYTHON" -c "import torch; assert torch.cuda.is_available(), 'torch has no CUDA'; print('torch', torch.__version__)"
 
 echo "== top --once (table)"
 timeout 60 "$PYTHON" -m gpubox top --once --no-color
