@@ -266,3 +266,19 @@ def test_processes_started_by_the_queue_show_their_job(tmp_path: Path) -> None:
         for child in (job, plain):
             child.kill()
             child.wait()
+
+
+def test_gpu_option_with_a_mig_uuid_shows_that_instance_alone(tmp_path: Path) -> None:
+    box = scenarios.mig(processes_per_instance=2)
+    first, second = box.gpus[0].migs
+    code, doc, err = top_json(box, tmp_path, "--gpu", first.uuid)
+    assert code == 0, err
+    assert [g["uuid"] for g in doc["data"]["gpus"]] == [first.uuid]
+    mine = {p.pid for p in box.gpus[0].processes if p.gpu_instance_id == first.gpu_instance_id}
+    assert {p["pid"] for p in doc["data"]["processes"]} == mine
+    # The GPU's index, or its own UUID, still names the card with every instance on it.
+    for whole in ("0", box.gpus[0].uuid[:12]):
+        code, doc, err = top_json(box, tmp_path, "--gpu", whole)
+        assert code == 0, err
+        assert [g["uuid"] for g in doc["data"]["gpus"]] == [box.gpus[0].uuid, first.uuid, second.uuid]
+        assert len(doc["data"]["processes"]) == len(box.gpus[0].processes)

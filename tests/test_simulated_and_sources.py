@@ -40,8 +40,8 @@ def test_send_signal_on_simulated_box_drops_the_process_and_never_signals_real_p
 
 def test_gpu_selection() -> None:
     snap = SimulatedBackend(gpus=4, processes=0, clock=lambda: 0.0).sample()
-    assert parse_gpu_selection("0, 2", snap.gpus) == {0, 2}
-    assert parse_gpu_selection(snap.gpus[3].uuid[:12], snap.gpus) == {3}
+    assert parse_gpu_selection("0, 2", snap.gpus) == {snap.gpus[0].uuid, snap.gpus[2].uuid}
+    assert parse_gpu_selection(snap.gpus[3].uuid[:12], snap.gpus) == {snap.gpus[3].uuid}
     for bad in ("7", "GPU-x", "GPU-5e1a", ","):
         with pytest.raises(ValueError):
             parse_gpu_selection(bad, snap.gpus)

@@ -122,7 +122,7 @@ def _top(
     return int(ExitCode.OK)
 
 
-def _gpus(text: str, backend: TelemetryBackend) -> frozenset[int]:
+def _gpus(text: str, backend: TelemetryBackend) -> frozenset[str]:
     from gpubox.telemetry.sources import parse_gpu_selection
 
     try:

@@ -7,6 +7,7 @@ architecture, and a CUDA build of torch at all. Pure functions of `SystemFacts` 
 from __future__ import annotations
 
 import re
+import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any
@@ -116,7 +117,7 @@ def torch_build_check(facts: SystemFacts, torch: TorchFacts) -> Check:
             status="fail",
             detail=f"torch {torch.torch_version} in {where} is {kind}, on a box with {box}",
             meaning="This torch cannot use the GPUs: everything runs on the CPU.",
-            fix=_install_line(facts),
+            fix=_install_line(facts, torch),
             impact=1.0,
             evidence=evidence,
         )
@@ -204,7 +205,7 @@ def cuda_vs_torch_check(facts: SystemFacts, torch: TorchFacts) -> Check:
                 "torch cannot initialise CUDA ('the NVIDIA driver on your system is too old'): a driver runs CUDA "
                 "builds of its own major version and older ones."
             ),
-            fix=f"Upgrade the NVIDIA driver to {need}{_or_wheel(facts)}",
+            fix=f"Upgrade the NVIDIA driver to {need}{_or_wheel(facts, torch)}",
             impact=1.0,
         )
     sass_everywhere = all(
@@ -220,7 +221,7 @@ def cuda_vs_torch_check(facts: SystemFacts, torch: TorchFacts) -> Check:
         base,
         status="warn",
         meaning=meaning + " Some GPU here has only PTX in this build (see driver.arch), and that PTX will not load.",
-        fix=f"Upgrade the NVIDIA driver to {full}{_or_wheel(facts)}",
+        fix=f"Upgrade the NVIDIA driver to {full}{_or_wheel(facts, torch)}",
         impact=0.5,
     )
 
@@ -269,7 +270,7 @@ def _arch_check(index: int, name: str, cap: tuple[int, int], facts: SystemFacts,
             detail=f"{built}: {who} runs its {used} kernels (binary-compatible within {cap[0]}.x)",
             meaning="torch's kernels for an earlier GPU of the same generation run on this one unchanged.",
         )
-    fix = f"Install a torch built with {sm}: {_install_line(facts, [cap])}"
+    fix = f"Install a torch built with {sm}: {_install_line(facts, torch, [cap])}"
     if kind == "ptx":
         return _with(
             base,
@@ -342,14 +343,17 @@ def _capabilities(facts: SystemFacts, torch: TorchFacts) -> list[tuple[int, int]
     return [cap for _, _, cap in _gpus(facts, torch)]
 
 
-def _install_line(facts: SystemFacts, caps: Sequence[tuple[int, int]] | None = None) -> str:
+def _install_line(facts: SystemFacts, torch: TorchFacts, caps: Sequence[tuple[int, int]] | None = None) -> str:
     """`pip install torch` from the newest wheel index that the driver runs and the GPUs need (at most
     the driver's own CUDA version, so no minor-version compatibility limits apply); a driver too old
     for any of them is to be upgraded first."""
     wheel, need = _wheel(facts, caps)
     if wheel is None:
-        return f"upgrade the NVIDIA driver to ≥ {TOOLKIT_DRIVER[need]} (CUDA {need[0]}.{need[1]}), then {_pip(need)}"
-    return _pip(wheel)
+        return (
+            f"upgrade the NVIDIA driver to ≥ {TOOLKIT_DRIVER[need]} (CUDA {need[0]}.{need[1]}), "
+            f"then {_pip(need, torch)}"
+        )
+    return _pip(wheel, torch)
 
 
 def _wheel(
@@ -369,13 +373,19 @@ def _wheel(
     return (usable[0] if usable else None), need
 
 
-def _or_wheel(facts: SystemFacts) -> str:
+def _or_wheel(facts: SystemFacts, torch: TorchFacts) -> str:
     wheel, _ = _wheel(facts)
-    return f", or install a torch built for the driver's CUDA: {_pip(wheel)}" if wheel else ""
+    return f", or install a torch built for the driver's CUDA: {_pip(wheel, torch)}" if wheel else ""
 
 
-def _pip(cuda: tuple[int, int]) -> str:
-    return f"pip install torch --index-url https://download.pytorch.org/whl/cu{cuda[0]}{cuda[1]}"
+def _pip(cuda: tuple[int, int], torch: TorchFacts) -> str:
+    """The install into the interpreter that was checked. A torch is installed whenever this is said, and
+    any installed torch satisfies `pip install torch` (a +cpu build too): only a forced reinstall replaces it."""
+    python = shlex.quote(torch.python) if torch.python else "python"
+    return (
+        f"{python} -m pip install --force-reinstall torch "
+        f"--index-url https://download.pytorch.org/whl/cu{cuda[0]}{cuda[1]}"
+    )
 
 
 def _driver_cuda(facts: SystemFacts) -> tuple[int, int] | None:

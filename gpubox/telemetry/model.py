@@ -122,14 +122,14 @@ class BoxSnapshot:
     errors: tuple[str, ...] = ()
     notices: tuple[str, ...] = ()  # one-line advice, e.g. how to allow stack sampling
 
-    def only_gpus(self, indices: frozenset[int]) -> BoxSnapshot:
-        """The same snapshot restricted to the GPUs with these NVML indices."""
+    def only_gpus(self, uuids: frozenset[str]) -> BoxSnapshot:
+        """The same snapshot restricted to the GPUs and MIG instances with these UUIDs."""
         return BoxSnapshot(
             self.taken_at,
             self.backend,
             self.host,
-            tuple(g for g in self.gpus if g.index in indices),
-            tuple(p for p in self.processes if p.gpu_index in indices),
+            tuple(g for g in self.gpus if g.uuid in uuids),
+            tuple(p for p in self.processes if p.gpu_uuid in uuids),
             self.errors,
             self.notices,
         )

@@ -49,10 +49,12 @@ class NvmlBackend:
         clock: Callable[[], float] = time.time,
         pids: PidTable | None = None,
         loader_wait: LoaderWaitReader | None = None,
+        monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         self._nvml = nvml if nvml is not None else load_nvml()
         self._call = Caller(self._nvml)
         self._clock = clock
+        self._monotonic = monotonic  # how long NVML has had no new process sample
         self._pids = pids or PidTable()
         self._loader_wait = loader_wait or LoaderWaitReader()
         self._versions = self._read_versions()
@@ -225,7 +227,7 @@ class NvmlBackend:
         if dev.mig_instance is not None:
             util_reasons["sm_util"] = Reason.NOT_SUPPORTED.value  # NVML has no per-process figures in MIG
         else:
-            sm = read_process_util(self._call, dev, set(found), util_reasons)
+            sm = read_process_util(self._call, dev, set(found), util_reasons, self._monotonic())
         out = []
         for pid, (kind, mem) in found.items():
             reasons = dict(util_reasons)

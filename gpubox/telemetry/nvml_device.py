@@ -33,6 +33,7 @@ class Device:
     pcie_prev: tuple[int, int, int] | None = None  # (timestamp µs, tx bytes, rx bytes)
     proc_util_ts: int = 0  # newest process-utilization sample seen (µs)
     proc_util: dict[int, tuple[int, float]] = field(default_factory=dict)  # pid -> (µs, sm %)
+    proc_util_at: float | None = None  # when (the backend's clock, s) the newest sample was first seen
 
 
 class Caller:

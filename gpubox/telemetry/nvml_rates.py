@@ -131,10 +131,14 @@ def _counter_rates(call: Caller, dev: Device) -> Rates | None:
     return (now[1] - prev[1]) / seconds, (now[2] - prev[2]) / seconds
 
 
-def read_process_util(call: Caller, dev: Device, pids: set[int], reasons: dict[str, str]) -> dict[int, float] | None:
+def read_process_util(
+    call: Caller, dev: Device, pids: set[int], reasons: dict[str, str], now: float
+) -> dict[int, float] | None:
     """SM % per pid from the samples NVML took since the previous refresh. A pid without a new
     sample keeps its last one for a few seconds (the driver samples processes less often than
-    a fast refresh); with none at all lately it ran no kernel: 0."""
+    a fast refresh); with none at all lately it ran no kernel: 0. `now` is the refresh's time
+    in seconds: NVML gives no new sample while no process runs kernels, so the age of the last
+    ones counts the time since they came as well."""
     n = call.nvml
     if "sm_util" in dev.dead:
         reasons["sm_util"] = dev.dead["sm_util"].value
@@ -146,15 +150,19 @@ def read_process_util(call: Caller, dev: Device, pids: set[int], reasons: dict[s
     except call.errors as exc:
         reasons["sm_util"] = call.failed(dev, "sm_util", exc).value
         return None
+    newest = dev.proc_util_ts
     for s in samples:
         ts, pid = int(s.timeStamp), int(s.pid)
         dev.proc_util_ts = max(dev.proc_util_ts, ts)
         if pid not in dev.proc_util or ts >= dev.proc_util[pid][0]:
             dev.proc_util[pid] = (ts, float(s.smUtil))
+    if dev.proc_util_ts > newest or dev.proc_util_at is None:
+        dev.proc_util_at = now
     for gone in set(dev.proc_util) - pids:
         del dev.proc_util[gone]
+    silent_us = max(0.0, now - dev.proc_util_at) * 1e6  # since NVML last had a new sample
     out: dict[int, float] = {}
     for pid in pids:
         ts, util = dev.proc_util.get(pid, (0, 0.0))
-        out[pid] = util if dev.proc_util_ts - ts <= PROCESS_UTIL_HOLD_US else 0.0
+        out[pid] = util if dev.proc_util_ts - ts + silent_us <= PROCESS_UTIL_HOLD_US else 0.0
     return out

@@ -37,11 +37,12 @@ def snapshot_over(backend: TelemetryBackend, window: float, sleep: Callable[[flo
     return backend.sample()
 
 
-def parse_gpu_selection(text: str, gpus: Iterable[GpuId | GpuSnapshot]) -> frozenset[int]:
-    """'0,2' or UUIDs (or unique UUID prefixes) of these GPUs to NVML indices; ValueError names
-    the bad one."""
+def parse_gpu_selection(text: str, gpus: Iterable[GpuId | GpuSnapshot]) -> frozenset[str]:
+    """'0,2' or UUIDs (or unique UUID prefixes) of these GPUs to the UUIDs of what they name; an
+    index or a GPU's UUID names the card with its MIG instances, a MIG UUID that instance alone.
+    ValueError names the bad one."""
     gpus = tuple(gpus)
-    chosen: set[int] = set()
+    chosen: set[str] = set()
     indices = sorted({g.index for g in gpus})
     for part in (p.strip() for p in text.split(",")):
         if not part:
@@ -50,12 +51,16 @@ def parse_gpu_selection(text: str, gpus: Iterable[GpuId | GpuSnapshot]) -> froze
             if int(part) not in indices:
                 have = ", ".join(map(str, indices)) or "none"
                 raise ValueError(f"no GPU {part} on this box (GPUs: {have})")
-            chosen.add(int(part))
+            chosen |= {g.uuid for g in gpus if g.index == int(part)}
             continue
-        matches = {g.index for g in gpus if g.uuid.lower().startswith(part.lower())}
+        matches = [g for g in gpus if g.uuid.lower().startswith(part.lower())]
         if len(matches) != 1:
             raise ValueError(f"{part!r} names {'no' if not matches else 'more than one'} GPU")
-        chosen |= matches
+        (named,) = matches
+        if named.uuid.upper().startswith("MIG-"):
+            chosen.add(named.uuid)
+        else:
+            chosen |= {g.uuid for g in gpus if g.index == named.index}
     if not chosen:
         raise ValueError("--gpu needs GPU indices or UUIDs, like --gpu 0,2")
     return frozenset(chosen)

@@ -76,7 +76,7 @@ class TopApp(App[int]):
         self.refreshes = 0  # snapshots applied to the view
         self.sample_error: str | None = None
         self.usage_error: str | None = None
-        self._selection: frozenset[int] | None = None
+        self._selection: frozenset[str] | None = None
         self._noticed: set[str] = set()  # notices already shown: each is said once
 
         # The main screen's widgets, kept: a sample may land while a dialog or detail is on top.

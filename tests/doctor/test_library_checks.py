@@ -81,7 +81,7 @@ def test_an_old_driver_gets_an_upgrade_before_the_install_line() -> None:
     fix = torch_build_check(box(driver="470.182.03", cuda=11040), cpu).fix
     assert fix == (
         "upgrade the NVIDIA driver to ≥ 520.61.05 (CUDA 11.8), then "
-        "pip install torch --index-url https://download.pytorch.org/whl/cu118"
+        "/venv/bin/python -m pip install --force-reinstall torch --index-url https://download.pytorch.org/whl/cu118"
     )
 
 
@@ -89,7 +89,9 @@ def test_an_old_driver_gets_the_newest_wheel_it_runs() -> None:
     check = cuda_vs_torch_check(box(driver="520.61.05", cuda=11080), torch(cuda_build="12.4"))
     assert check.status == "fail"
     assert check.fix is not None and "or install a torch built for the driver's CUDA: " in check.fix
-    assert check.fix.endswith("pip install torch --index-url https://download.pytorch.org/whl/cu118")
+    assert check.fix.endswith(
+        "/venv/bin/python -m pip install --force-reinstall torch --index-url https://download.pytorch.org/whl/cu118"
+    )
 
 
 def test_a_newer_minor_runs_under_minor_version_compatibility() -> None:
@@ -118,9 +120,15 @@ def test_a_cpu_only_torch_on_a_gpu_box_fails_with_the_install_line() -> None:
     check = torch_build_check(facts, cpu)
     assert check.status == "fail" and check.impact == 1.0
     assert "CPU-only" in check.detail and "2 NVIDIA GPU(s)" in check.detail and "/venv/bin/python" in check.detail
-    assert check.fix == "pip install torch --index-url https://download.pytorch.org/whl/cu124"
+    assert (
+        check.fix
+        == "/venv/bin/python -m pip install --force-reinstall torch --index-url https://download.pytorch.org/whl/cu124"
+    )
     newer = torch_build_check(box(driver="570.124.06", cuda=12080), cpu)
-    assert newer.fix == "pip install torch --index-url https://download.pytorch.org/whl/cu128"
+    assert (
+        newer.fix
+        == "/venv/bin/python -m pip install --force-reinstall torch --index-url https://download.pytorch.org/whl/cu128"
+    )
     # the other torch checks say why they have nothing to look at
     assert cuda_vs_torch_check(facts, cpu).status == "skip"
     assert {c.status for c in arch_checks(facts, cpu)} == {"skip"}
@@ -136,9 +144,15 @@ def test_a_blackwell_gpu_needs_cuda_12_8_wheels() -> None:
 def test_a_volta_gpu_gets_wheels_that_still_carry_its_kernels() -> None:
     facts = box(driver="580.65.06", cuda=13000, gpus=(gpu(name="Tesla V100-SXM2-32GB", cap=(7, 0)),))
     cpu = torch(torch_version="2.5.1+cpu", cuda_build=None, cuda_available=False, arch_list=[])
-    assert torch_build_check(facts, cpu).fix == "pip install torch --index-url https://download.pytorch.org/whl/cu126"
+    assert (
+        torch_build_check(facts, cpu).fix
+        == "/venv/bin/python -m pip install --force-reinstall torch --index-url https://download.pytorch.org/whl/cu126"
+    )
     hopper = box(driver="580.65.06", cuda=13000)
-    assert torch_build_check(hopper, cpu).fix == "pip install torch --index-url https://download.pytorch.org/whl/cu130"
+    assert (
+        torch_build_check(hopper, cpu).fix
+        == "/venv/bin/python -m pip install --force-reinstall torch --index-url https://download.pytorch.org/whl/cu130"
+    )
 
 
 def test_a_cpu_only_torch_without_gpus_is_not_a_finding() -> None:
@@ -243,3 +257,26 @@ def test_facts_of_the_wrong_shape_read_as_unknown() -> None:
         {"kind": "facts", "devices": [{"index": "x"}, 3], "arch_list": "sm_90", "device_count": "2"}
     )
     assert facts.devices == () and facts.arch_list == () and facts.device_count == 0 and not facts.cuda_available
+
+
+def test_the_install_line_replaces_the_torch_in_the_interpreter_it_checked() -> None:
+    # torch is installed whenever these lines are given, and `pip install torch` is satisfied by any
+    # installed torch ("2.5.1+cpu" too): without a forced reinstall the line changes nothing. And
+    # it must reach the environment that was checked (--python), not whatever pip is first on PATH.
+    facts = box(driver="550.54.15", cuda=12040)
+    cpu = torch(
+        python="/home/ann/envs/train/bin/python",
+        torch_version="2.5.1+cpu",
+        cuda_build=None,
+        cuda_available=False,
+        arch_list=[],
+    )
+    assert torch_build_check(facts, cpu).fix == (
+        "/home/ann/envs/train/bin/python -m pip install --force-reinstall torch "
+        "--index-url https://download.pytorch.org/whl/cu124"
+    )
+    old = cuda_vs_torch_check(box(driver="520.61.05", cuda=11080), torch(cuda_build="12.4", python="/opt/my env/py"))
+    assert old.fix is not None
+    assert old.fix.endswith(
+        "'/opt/my env/py' -m pip install --force-reinstall torch --index-url https://download.pytorch.org/whl/cu118"
+    )

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
 import stat
 import subprocess
 import sys
@@ -69,7 +70,10 @@ def test_facts_of_a_cpu_build_on_a_gpu_box_fail_the_torch_build(facts_run: Scrip
     box = SystemFacts("570.124.06", 12080, gpus=(gpu,), nvidia_devices=True)
     checks = {c.id: c for c in library_checks(box, torch_facts_from_run(facts_run))}
     assert checks["driver.torch_build"].status == "fail"
-    assert checks["driver.torch_build"].fix == "pip install torch --index-url https://download.pytorch.org/whl/cu128"
+    assert checks["driver.torch_build"].fix == (
+        f"{shlex.quote(sys.executable)} -m pip install --force-reinstall torch "
+        "--index-url https://download.pytorch.org/whl/cu128"
+    )
 
 
 def test_the_script_runs_on_its_own() -> None:
