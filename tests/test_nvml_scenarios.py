@@ -282,3 +282,21 @@ def test_gpu_option_with_a_mig_uuid_shows_that_instance_alone(tmp_path: Path) ->
         assert code == 0, err
         assert [g["uuid"] for g in doc["data"]["gpus"]] == [box.gpus[0].uuid, first.uuid, second.uuid]
         assert len(doc["data"]["processes"]) == len(box.gpus[0].processes)
+
+
+@pytest.mark.parametrize("shape", ["v2", "version_mismatch"])
+def test_memory_used_leaves_out_the_drivers_reserve_as_nvidia_smi(tmp_path: Path, shape: str) -> None:
+    # nvidia-smi, nvtop and DCGM show used memory without the driver's reserve (NVML's v2 call):
+    # a top that showed it on top would disagree with them by hundreds of MiB on every GPU. A
+    # driver that cannot answer v2 gives the older figure, with the reserve, and no error.
+    box = scenarios.hopper(2, processes=2) if shape == "v2" else scenarios.version_mismatch(processes=2)
+    for gpu in box.gpus:
+        gpu.memory_used, gpu.memory_reserved = 20_000 * MIB, 512 * MIB
+    code, doc, err = top_json(box, tmp_path)
+    assert code == 0, err
+    want = 20_000 * MIB - 512 * MIB if shape == "v2" else 20_000 * MIB
+    for gpu in doc["data"]["gpus"]:
+        assert gpu["mem_used_bytes"] == want
+        assert gpu["mem_total_bytes"] == scenarios.H100_MEMORY
+        assert "mem_used_bytes" not in gpu["reasons"]
+    assert doc["data"]["errors"] == []

@@ -43,7 +43,7 @@ GPU_METRICS = (
     _gpu("pcie_link_max_generation", "pcie_link_gen_max", "Highest PCIe generation the link can run at."),
     _gpu("pcie_link_width_lanes", "pcie_link_width", "PCIe lanes the link runs with now."),
     _gpu("pcie_link_max_width_lanes", "pcie_link_width_max", "Most PCIe lanes the link can run with."),
-    _gpu("memory_used_bytes", "mem_used_bytes", "GPU memory in use."),
+    _gpu("memory_used_bytes", "mem_used_bytes", "GPU memory in use, without the driver's own reserve (as nvidia-smi)."),
     _gpu("memory_total_bytes", "mem_total_bytes", "GPU memory in all."),
     _gpu("power_watts", "power_w", "Power drawn now."),
     _gpu("power_limit_watts", "power_limit_w", "Power limit in force."),

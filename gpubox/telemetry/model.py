@@ -52,7 +52,7 @@ class GpuSnapshot:
     pcie_link_width: int | None = None
     pcie_link_width_max: int | None = None
     mem_total_bytes: int | None = None
-    mem_used_bytes: int | None = None
+    mem_used_bytes: int | None = None  # as nvidia-smi shows it: without the driver's reserved memory
     power_w: float | None = None
     power_limit_w: float | None = None
     energy_mj: int | None = None  # the GPU's energy counter: millijoules since the driver loaded (Volta and newer)

@@ -148,6 +148,26 @@ class NvmlBackend:
                 dev.static[key] = self._call(dev, key, fn, reasons)
         return dev.static
 
+    def _memory_used(self, dev: Device, reasons: dict[str, str]) -> int | None:
+        """Memory in use as nvidia-smi, nvtop and DCGM count it: without what the driver reserves
+        for itself (NVML's v2 call; a few hundred MiB on an idle GPU). A driver or binding that
+        cannot answer v2 (old, WSL, a struct it does not know) is asked the older way from then
+        on, whose figure includes the reserved part: the same GPU never switches between the two."""
+        n, h = self._nvml, dev.handle
+        if "mem_used_v2" not in dev.dead:
+            try:
+                return int(n.nvmlDeviceGetMemoryInfo(h, n.nvmlMemory_v2).used)
+            except AttributeError:  # a binding without nvmlMemory_v2
+                dev.dead["mem_used_v2"] = Reason.FUNCTION_MISSING
+            except self._call.errors as exc:
+                reason = reason_for(exc)
+                if reason == Reason.GPU_LOST:
+                    reasons["mem_used_bytes"] = self._call.failed(dev, "mem_used_bytes", exc).value
+                    return None
+                dev.dead["mem_used_v2"] = reason
+        mem = self._call(dev, "mem_used_bytes", lambda: n.nvmlDeviceGetMemoryInfo(h), reasons)
+        return None if mem is None else int(mem.used)
+
     def _sample_device(self, dev: Device) -> tuple[GpuSnapshot, list[ProcessSnapshot]]:
         if dev.broken:
             return _unreadable(dev), []
@@ -161,9 +181,9 @@ class NvmlBackend:
             values["gpu_busy"], values["mem_busy"] = float(util.gpu), float(util.memory)
         elif "gpu_busy" in reasons:
             reasons["mem_busy"] = reasons["gpu_busy"]
-        mem = call(dev, "mem_used_bytes", lambda: n.nvmlDeviceGetMemoryInfo(h), reasons)
-        if mem is not None:
-            values["mem_used_bytes"] = int(mem.used)
+        values["mem_used_bytes"] = self._memory_used(dev, reasons)
+        if dev.broken:
+            return _unreadable(dev), []
         simple: dict[str, Callable[[], Any]] = {
             "power_w": lambda: n.nvmlDeviceGetPowerUsage(h) / 1000.0,
             "energy_mj": lambda: int(n.nvmlDeviceGetTotalEnergyConsumption(h)),  # the whole GPU: not per MIG
