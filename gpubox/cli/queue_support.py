@@ -205,7 +205,7 @@ def _store_jobs(command: Sequence[str] | None, opts: AddOptions, file: Path | No
     """The jobs of `queue add`, stored; the paths; whether a daemon was started for them."""
     from gpubox.queue.client import start_daemon_early
     from gpubox.queue.jobs import KINDS, check_spec
-    from gpubox.queue.submit import GpuLookup, build_spec, check_options, parse_job_file
+    from gpubox.queue.submit import GpuLookup, build_spec, check_options, job_file_text, parse_job_file
 
     try:
         base_cwd = os.getcwd()
@@ -222,13 +222,13 @@ def _store_jobs(command: Sequence[str] | None, opts: AddOptions, file: Path | No
             if command:
                 raise ValueError("give either --file or a command, not both")
             try:
-                text = sys.stdin.read() if str(file) == "-" else file.read_text()
-            except (OSError, UnicodeDecodeError) as exc:
-                why = getattr(exc, "strerror", None) or exc
+                data = sys.stdin.buffer.read() if str(file) == "-" else file.read_bytes()
+            except OSError as exc:
+                why = exc.strerror or exc
                 if str(file) == "-" and stdin_closed():
                     why = "standard input is closed"
                 raise ValueError(f"cannot read {file}: {why}") from None
-            entries = parse_job_file(text, str(file), opts)
+            entries = parse_job_file(job_file_text(data, str(file)), str(file), opts)
             specs = []
             for number, argv, line_opts in entries:
                 try:
