@@ -64,16 +64,17 @@ def box_gpus(why: str = "this job asks for GPUs") -> list[GpuInfo]:
 
 
 def gpu_index(view: dict[str, Any] | None, jobs: Sequence[Any] = ()) -> dict[str, int]:
-    """GPU indexes by UUID: the daemon's, or, when no daemon answered and `jobs` hold GPUs, NVML's
-    (a UUID is no name for a person to read); empty when neither can say."""
-    if view:
-        return {g["uuid"]: g["index"] for g in view.get("gpus", []) if isinstance(g, dict)}
-    if view is None and any(j.gpu_uuids for j in jobs):
+    """GPU indexes by UUID (a UUID is no name for a person to read): the daemon's, and NVML's for
+    GPUs that `jobs` hold, held or name and the daemon has not read (none answered, or it has run
+    only CPU-only jobs since it started); a UUID that neither knows stays out."""
+    index = {g["uuid"]: g["index"] for g in (view or {}).get("gpus", []) if isinstance(g, dict)}
+    named = {u for j in jobs for u in (*j.gpu_uuids, *(getattr(getattr(j, "spec", None), "gpu_ids", None) or ()))}
+    if named - index.keys():
         try:
-            return {g.uuid: g.index for g in box_gpus()}
+            return {**{g.uuid: g.index for g in box_gpus()}, **index}
         except GpuboxError:  # no NVML: the UUIDs it is
-            return {}
-    return {}
+            pass
+    return index
 
 
 def live_reasons(view: dict[str, Any] | None) -> dict[int, str] | None:
