@@ -199,7 +199,7 @@ def logs(
 ) -> None:
     """Print a job's output (the latest attempt's, unless --attempt)."""
     from gpubox.cli.plain import ReaderLeft, output_unread
-    from gpubox.queue.client import attempt_log
+    from gpubox.queue.client import attempt_log, each_attempt
     from gpubox.queue.client import follow as follow_log
     from gpubox.queue.jobs import END_STATES
 
@@ -230,11 +230,10 @@ def logs(
                 raise GpuboxError(f"cannot read {path}: {exc.strerror}", ExitCode.FAILED) from None
             return
 
-        def current() -> Path | None:
-            latest = store.require(job_id)
-            if latest.attempt == 0:
-                return None
-            return attempt_log(paths, latest, attempt, stderr)
+        current = each_attempt(
+            lambda: store.require(job_id).attempt if attempt is None else attempt,
+            lambda number: attempt_log(paths, job, number, stderr),
+        )
 
         keep = keep_daemon(paths)
 
