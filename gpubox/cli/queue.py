@@ -199,7 +199,7 @@ def logs(
 ) -> None:
     """Print a job's output (the latest attempt's, unless --attempt)."""
     from gpubox.cli.plain import ReaderLeft, output_unread
-    from gpubox.queue.client import attempt_log
+    from gpubox.queue.client import attempt_log, each_attempt
     from gpubox.queue.client import follow as follow_log
     from gpubox.queue.jobs import END_STATES
 
@@ -230,11 +230,10 @@ def logs(
                 raise GpuboxError(f"cannot read {path}: {exc.strerror}", ExitCode.FAILED) from None
             return
 
-        def current() -> Path | None:
-            latest = store.require(job_id)
-            if latest.attempt == 0:
-                return None
-            return attempt_log(paths, latest, attempt, stderr)
+        current = each_attempt(
+            lambda: store.require(job_id).attempt if attempt is None else attempt,
+            lambda number: attempt_log(paths, job, number, stderr),
+        )
 
         keep = keep_daemon(paths)
 
@@ -273,7 +272,8 @@ def cancel(ids: IDS, as_json: JSON = False) -> None:
         results = cancel_jobs(store, ids)
     ended = [f"job {r.job.id} ended already ({r.job.state})" for r in results if r.action == "ended already"]
     lines = [f"job {r.job.id}: {r.action}" for r in results if r.action != "ended already"]
-    data = {"jobs": [{**job_record(r.job, None if failure else {}), "action": r.action} for r in results]}
+    index = gpu_index(None, [r.job for r in results]) if as_json else {}  # only the JSON names GPUs
+    data = {"jobs": [{**job_record(r.job, None if failure else {}, index), "action": r.action} for r in results]}
     for message in ended:
         sys.stderr.write(f"gpubox: {message}\n")
     code = ExitCode.FAILED if ended else ExitCode.OK
@@ -312,10 +312,11 @@ def wait(
         waited = span(limit) if limit is not None else timeout  # as --timeout takes it: 1s, not a bare 1
         raise GpuboxError(said or f"timed out after {waited} waiting for job(s) {named}", ExitCode.TIMED_OUT)
     code = exit_code_for(jobs)
+    index = gpu_index(None, jobs) if as_json else {}  # only the JSON names GPUs
     lines = [f"job {j.id}: {j.state}" + ("" if j.exit_code is None else f" (exit {j.exit_code})") for j in jobs]
     emit(
         "queue wait",
-        {"jobs": [job_record(j, {}) for j in jobs], "exit_code": code},
+        {"jobs": [job_record(j, {}, index) for j in jobs], "exit_code": code},
         as_json,
         "\n".join(lines),
         code=code,

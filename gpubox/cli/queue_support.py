@@ -64,16 +64,17 @@ def box_gpus(why: str = "this job asks for GPUs") -> list[GpuInfo]:
 
 
 def gpu_index(view: dict[str, Any] | None, jobs: Sequence[Any] = ()) -> dict[str, int]:
-    """GPU indexes by UUID: the daemon's, or, when no daemon answered and `jobs` hold GPUs, NVML's
-    (a UUID is no name for a person to read); empty when neither can say."""
-    if view:
-        return {g["uuid"]: g["index"] for g in view.get("gpus", []) if isinstance(g, dict)}
-    if view is None and any(j.gpu_uuids for j in jobs):
+    """GPU indexes by UUID (a UUID is no name for a person to read): the daemon's, and NVML's for
+    GPUs that `jobs` hold, held or name and the daemon has not read (none answered, or it has run
+    only CPU-only jobs since it started); a UUID that neither knows stays out."""
+    index = {g["uuid"]: g["index"] for g in (view or {}).get("gpus", []) if isinstance(g, dict)}
+    named = {u for j in jobs for u in (*j.gpu_uuids, *(getattr(getattr(j, "spec", None), "gpu_ids", None) or ()))}
+    if named - index.keys():
         try:
-            return {g.uuid: g.index for g in box_gpus()}
+            return {**{g.uuid: g.index for g in box_gpus()}, **index}
         except GpuboxError:  # no NVML: the UUIDs it is
-            return {}
-    return {}
+            pass
+    return index
 
 
 def live_reasons(view: dict[str, Any] | None) -> dict[int, str] | None:
@@ -205,7 +206,7 @@ def _store_jobs(command: Sequence[str] | None, opts: AddOptions, file: Path | No
     """The jobs of `queue add`, stored; the paths; whether a daemon was started for them."""
     from gpubox.queue.client import start_daemon_early
     from gpubox.queue.jobs import KINDS, check_spec
-    from gpubox.queue.submit import GpuLookup, build_spec, check_options, parse_job_file
+    from gpubox.queue.submit import GpuLookup, build_spec, check_options, job_file_text, parse_job_file
 
     try:
         base_cwd = os.getcwd()
@@ -222,13 +223,13 @@ def _store_jobs(command: Sequence[str] | None, opts: AddOptions, file: Path | No
             if command:
                 raise ValueError("give either --file or a command, not both")
             try:
-                text = sys.stdin.read() if str(file) == "-" else file.read_text()
-            except (OSError, UnicodeDecodeError) as exc:
-                why = getattr(exc, "strerror", None) or exc
+                data = sys.stdin.buffer.read() if str(file) == "-" else file.read_bytes()
+            except OSError as exc:
+                why = exc.strerror or exc
                 if str(file) == "-" and stdin_closed():
                     why = "standard input is closed"
                 raise ValueError(f"cannot read {file}: {why}") from None
-            entries = parse_job_file(text, str(file), opts)
+            entries = parse_job_file(job_file_text(data, str(file)), str(file), opts)
             specs = []
             for number, argv, line_opts in entries:
                 try:

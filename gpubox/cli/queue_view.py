@@ -54,19 +54,24 @@ def held(gpus: Sequence[Any]) -> str:
 
 
 NAME_WIDTH = 24  # a job without a name shows this much of its command
+NAME_MAX = 40  # a longer name is cut in the table (`queue show` has it whole), or it widens every row
 
 
 def _name(rec: Mapping[str, Any]) -> str:
     """Its name; without one, the start of its command (as Slurm names a job after its script)."""
     if rec["name"]:
-        return str(rec["name"])
-    command = " ".join(str(rec.get("command") or DASH).split())
-    if columns(command) <= NAME_WIDTH:
-        return command
-    kept, width = [], 0
-    for c in command:
-        width += columns(c)
-        if width > NAME_WIDTH - 1:
+        return _cut(str(rec["name"]), NAME_MAX)
+    return _cut(" ".join(str(rec.get("command") or DASH).split()), NAME_WIDTH)
+
+
+def _cut(text: str, width: int) -> str:
+    """`text` in at most `width` terminal columns, ending in "…" where it is cut."""
+    if columns(text) <= width:
+        return text
+    kept, used = [], 0
+    for c in text:
+        used += columns(c)
+        if used > width - 1:
             break
         kept.append(c)
     return "".join(kept) + "…"

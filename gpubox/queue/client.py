@@ -274,6 +274,23 @@ def attempt_log(paths: Paths, job: Job, attempt: int | None, stderr: bool) -> Pa
     return err if stderr else out
 
 
+def each_attempt(attempt_now: Callable[[], int], log_of: Callable[[int], Path]) -> Callable[[], Path | None]:
+    """For `follow`: the log to read now. The latest attempt's at the first look, then each later
+    attempt's in turn, so one that began and ended between two looks (a quick failure, retried)
+    is read too; None while the job has not started."""
+    shown: list[int] = []
+
+    def path() -> Path | None:
+        latest = attempt_now()
+        if not shown:
+            shown.append(latest)
+        elif shown[0] < latest:
+            shown[0] += 1
+        return log_of(shown[0]) if shown[0] else None
+
+    return path
+
+
 def follow(
     path_for: Callable[[], Path | None],
     done: Callable[[], bool],

@@ -278,6 +278,20 @@ def _is_json_list(line: str) -> bool:
         return False
 
 
+def job_file_text(data: bytes, source: str) -> str:
+    """A job file's text, read as UTF-8 whatever the locale says, so that a file and the same
+    bytes on stdin are read alike; anything else is refused, naming the line."""
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        if data.startswith((b"\xff\xfe", b"\xfe\xff")):
+            why = "UTF-16, by its byte-order mark"
+        else:
+            why = f"byte 0x{data[exc.start]:02x}"
+        line = data.count(b"\n", 0, exc.start) + 1
+        raise ValueError(f"{source}:{line}: not UTF-8 text ({why}): save it as UTF-8") from None
+
+
 def parse_job_file(text: str, source: str, defaults: AddOptions) -> list[tuple[int, list[str], AddOptions]]:
     """(line number, argv, options) for each job in a job file."""
     jobs: list[tuple[int, list[str], AddOptions]] = []

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from gpubox.queue.client import follow
+from gpubox.queue.client import each_attempt, follow
 
 
 def test_what_the_job_wrote_after_the_last_read_and_before_it_ended_is_read(tmp_path: Path) -> None:
@@ -39,3 +39,30 @@ def test_the_end_of_an_attempt_is_read_before_the_next_ones_log(tmp_path: Path) 
 
     done = lambda: bool(sleeps)  # noqa: E731
     assert b"".join(follow(lambda: current[0], done, sleep)) == b"att 1 start\natt 1 end\natt 2\n"
+
+
+def test_an_attempt_that_began_and_ended_between_two_looks_is_read_whole(tmp_path: Path) -> None:
+    """A job that fails at once and is retried: its first attempt's output (the traceback) is
+    printed before the retry's, not skipped because the follower never saw it running."""
+    logs = {n: tmp_path / f"1.{n}.out" for n in (1, 2)}
+    attempt = [0]  # not started yet
+    sleeps: list[float] = []
+
+    def sleep(seconds: float) -> None:
+        sleeps.append(seconds)
+        if len(sleeps) == 1:  # while the follower sleeps, attempt 1 runs and fails; attempt 2 starts
+            logs[1].write_bytes(b"att 1: Traceback\n")
+            logs[2].write_bytes(b"att 2\n")
+            attempt[0] = 2
+
+    done = lambda: len(sleeps) >= 2  # noqa: E731
+    path_for = each_attempt(lambda: attempt[0], logs.__getitem__)
+    assert b"".join(follow(path_for, done, sleep)) == b"att 1: Traceback\natt 2\n"
+
+
+def test_a_follower_starts_at_the_latest_attempt(tmp_path: Path) -> None:
+    logs = {n: tmp_path / f"1.{n}.out" for n in (1, 2, 3)}
+    for n, log in logs.items():
+        log.write_bytes(f"att {n}\n".encode())
+    path_for = each_attempt(lambda: 3, logs.__getitem__)
+    assert b"".join(follow(path_for, lambda: True, lambda s: None)) == b"att 3\n"

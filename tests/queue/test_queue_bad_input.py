@@ -466,6 +466,38 @@ def test_the_file_with_one_bad_line_added_no_job(seeded: Seeded) -> None:
     assert box.rows(sequence) == ids_before, "job ids were used up"
 
 
+@pytest.mark.parametrize(
+    ("content", "why"),
+    [
+        (b"true\necho caf\xe9\n", "not UTF-8 text (byte 0xe9)"),
+        ("true\n".encode("utf-16"), "not UTF-8 text (UTF-16, by its byte-order mark)"),
+    ],
+    ids=["latin-1", "utf-16"],
+)
+@pytest.mark.parametrize("where", ["file", "stdin"])
+def test_a_job_file_that_is_not_utf8_is_refused_on_stdin_as_in_a_file(
+    seeded: Seeded, tmp_path: Path, where: str, content: bytes, why: str
+) -> None:
+    """The same bytes, named or piped, are read alike: never as jobs made of undecodable bytes.
+    PYTHONUTF8=1: stdin as many boxes give it to Python, whose decoding lets such bytes through."""
+    box = seeded.box
+    source = tmp_path / "jobs.txt"
+    source.write_bytes(content)
+    name = "-" if where == "stdin" else str(source)
+    before = snapshot(box.db)
+    result = subprocess.run(
+        [sys.executable, "-m", "gpubox", "queue", "add", "--gpus", "0", "--file", name],
+        input=content if where == "stdin" else b"",
+        capture_output=True,
+        env={**os.environ, **box.env, "PYTHONUTF8": "1"},
+        timeout=30,
+    )
+    text = subprocess.CompletedProcess(result.args, result.returncode, result.stdout.decode(), result.stderr.decode())
+    line = 1 if content.startswith(b"\xff\xfe") else 2
+    assert_one_error_line(text, USAGE, f"{name}:{line}: {why}")
+    assert snapshot(box.db) == before
+
+
 def test_cancel_with_a_missing_id_cancels_none(seeded: Seeded) -> None:
     box = seeded.box
     ids = seeded.ids

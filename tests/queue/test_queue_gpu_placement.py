@@ -386,6 +386,37 @@ def test_with_no_daemon_ls_and_show_still_name_gpus_by_index_and_ls_says_it_is_d
     release(work, job)
 
 
+def test_every_command_names_the_gpus_of_ended_jobs_by_index_while_a_daemon_has_read_none(queue: QueueBox) -> None:
+    """A daemon that has run only CPU jobs since it started has read no GPU yet; `gpus` in every
+    command's JSON, and the text, still say GPU 1, never its UUID in one command and 1 in another."""
+    box = gpus(2)
+    work = start(queue, box)
+    job = add(queue, work, "--gpu", "1")
+    release(work, job)
+    assert queue("queue", "wait", str(job)).returncode == 0
+    assert queue("daemon", "stop").returncode == 0
+    queue.start_daemon()  # a fresh daemon: no GPU job has run or waited since it started
+    cpu = queue.add("--gpus", "0", "--", "true")
+    assert queue("queue", "wait", str(cpu)).returncode == 0
+
+    def data(*args: str) -> dict[str, Any]:
+        result = queue(*args, "--json")
+        assert "Traceback" not in result.stderr, result.stderr
+        doc: dict[str, Any] = json.loads(result.stdout)["data"]
+        return doc
+
+    (listed_job,) = [j for j in data("queue", "ls", "--all")["jobs"] if j["id"] == job]
+    shown = data("queue", "show", str(job))
+    (waited,) = data("queue", "wait", str(job))["jobs"]
+    (cancelled,) = data("queue", "cancel", str(job))["jobs"]  # ended already: it still says which job
+    assert [listed_job["gpus"], shown["job"]["gpus"], shown["attempts"][0]["gpus"]] == [[1], [1], [1]]
+    assert [waited["gpus"], cancelled["gpus"]] == [[1], [1]]
+    text = queue("queue", "show", str(job)).stdout
+    assert "on GPU 1;" in text and box.gpus[1].uuid not in text
+    row = next(line for line in queue("queue", "ls", "--all").stdout.splitlines() if line.startswith(f"{job} "))
+    assert " #1 " in row
+
+
 # -- preemption ----------------------------------------------------------------------------
 
 

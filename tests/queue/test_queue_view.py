@@ -6,7 +6,7 @@ import time
 import unicodedata
 from typing import Any
 
-from gpubox.cli.queue_view import NAME_WIDTH, columns, job_table
+from gpubox.cli.queue_view import NAME_MAX, NAME_WIDTH, columns, job_table
 
 
 def record(**fields: Any) -> dict[str, Any]:
@@ -128,3 +128,15 @@ def test_a_decomposed_hangul_syllable_takes_the_columns_of_the_composed_one() ->
 def wide(text: str) -> int:
     """Terminal columns, for the characters these tests use: CJK takes two, a combining accent none."""
     return sum(2 if "\u3000" <= c <= "\u9fff" else 0 if c == "\u0301" else 1 for c in text)
+
+
+def test_a_very_long_name_is_cut_so_it_does_not_widen_every_row() -> None:
+    table = job_table(
+        [record(id=1, name="n" * 5000, command="true"), record(id=2, name="short", command="true")],
+        {1: "cpu", 2: "cpu"},
+        now=1000.0,
+    )
+    lines = table.splitlines()
+    assert lines[1].split()[1] == "n" * (NAME_MAX - 1) + "…"
+    assert max(map(len, lines)) < 120
+    assert len({line.index("other") for line in lines[1:]}) == 1  # still aligned
