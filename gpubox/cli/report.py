@@ -10,6 +10,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from datetime import datetime
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
@@ -118,8 +119,6 @@ _WEEKS = re.compile(r"(\d+(?:\.\d+)?)w", re.IGNORECASE)
 def parse_when(text: str, now: float, option: str) -> float:
     """Seconds since the epoch from "now", an ISO date or date-time (local time unless it names
     a zone), or a duration ago."""
-    from datetime import datetime
-
     from gpubox.queue.parse import parse_duration
 
     value = text.strip()
@@ -128,8 +127,7 @@ def parse_when(text: str, now: float, option: str) -> float:
     when: float | None = None
     try:
         moment = datetime.fromisoformat(value)
-        when = (moment if moment.tzinfo is not None else moment.astimezone()).timestamp()
-    except (ValueError, OverflowError, OSError):
+    except ValueError:
         if _BARE_NUMBER.fullmatch(value):  # seconds ago, or a Unix time? Neither is a guess worth making
             raise GpuboxError(
                 f"invalid {option} {text!r}: give a unit (such as 90m or 7d) or a date", ExitCode.USAGE
@@ -139,10 +137,25 @@ def parse_when(text: str, now: float, option: str) -> float:
             when = now - (float(weeks[1]) * 7 * 86400 if weeks else parse_duration(value))
         except (ValueError, OverflowError):
             raise GpuboxError(f"invalid {option} {text!r}: expected {WHEN_FORMS}", ExitCode.USAGE) from None
+    else:
+        when = _timestamp(moment)
     # Local time and SQLite's integers both end somewhere: a window from 1970 to the year 9999 is plenty.
     if not 0 <= when < LATEST:
         raise GpuboxError(f"{option} {text!r} is outside 1970 to 9999", ExitCode.USAGE)
     return when
+
+
+def _timestamp(moment: datetime) -> float:
+    """Seconds since the epoch of a date-time, local time unless it names a zone; out of range
+    (before 1970 or after 9999) where local time cannot place it, as for 0001-01-01."""
+    try:
+        return (moment if moment.tzinfo is not None else moment.astimezone()).timestamp()
+    except (ValueError, OverflowError, OSError):
+        pass
+    try:  # datetime's own arithmetic overflows near the year 9999; the C library's may not
+        return time.mktime(moment.timetuple()) + moment.microsecond / 1e6
+    except (ValueError, OverflowError, OSError):
+        return -1.0 if moment.year < 1970 else LATEST
 
 
 def parse_request(since: str, until: str, by: str | None, tag: str | None, now: float | None = None) -> ReportRequest:
