@@ -242,13 +242,14 @@ def _print_data(request: ReportRequest, prices: Prices, as_json: bool) -> None:
 
 def _print_human(request: ReportRequest, prices: Prices, color: bool) -> None:
     from gpubox.cli.report_view import ReportView, chart_columns, chart_step, render
-    from gpubox.ledger.series import gpu_series
+    from gpubox.ledger.series import gpu_series, shortest_step
 
     out = console(color)
     with _ledger_errors(), open_ledger() as store, store.reading():  # table, summary and chart agree
         grouped, by_gpu = _reports(store, request, prices)
         label_width = max((len(r.group) for r in by_gpu.rows), default=1)
-        step = chart_step(request.since, request.until, chart_columns(out.width, label_width))
+        columns = chart_columns(out.width, label_width)
+        step = chart_step(request.since, request.until, columns, shortest_step(store, request.since, request.until))
         series = gpu_series(store, request.since, request.until, step)
     render(ReportView(grouped, by_gpu, series, step), out)
 
