@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import typer
 
@@ -193,22 +193,37 @@ def _settings(per_gpu_hour: float | None, per_kwh: float | None, no_color: bool)
 
 
 def open_ledger() -> LedgerStore:
+    """The ledger, to read; exit 1 (or 3 without NVML) when it has nothing recorded, whether no
+    daemon has made it yet or one has and not yet written its first minute."""
     from gpubox.ledger.store import LedgerError, LedgerStore, ledger_path
 
     path = ledger_path()
     if not path.exists():
-        from gpubox.telemetry.backend import BackendUnavailable
-        from gpubox.telemetry.nvml_load import load_nvml
-
-        try:
-            load_nvml()
-        except BackendUnavailable as exc:  # the daemon runs, maybe, but has no GPU to record
-            raise GpuboxError(f"no GPU use recorded: NVML cannot start here ({exc})", ExitCode.NO_GPU) from None
-        raise GpuboxError(NO_LEDGER, ExitCode.FAILED)
+        _nothing_recorded()
     try:
-        return LedgerStore(path, create=False)
+        store = LedgerStore(path, create=False)
     except LedgerError as exc:
         raise GpuboxError(str(exc), ExitCode.FAILED) from None
+    try:
+        recorded = "last_sample_at" in store.meta()
+    except LedgerError as exc:
+        store.close()
+        raise GpuboxError(str(exc), ExitCode.FAILED) from None
+    if not recorded:
+        store.close()
+        _nothing_recorded()
+    return store
+
+
+def _nothing_recorded() -> NoReturn:
+    from gpubox.telemetry.backend import BackendUnavailable
+    from gpubox.telemetry.nvml_load import load_nvml
+
+    try:
+        load_nvml()
+    except BackendUnavailable as exc:  # the daemon runs, maybe, but has no GPU to record
+        raise GpuboxError(f"no GPU use recorded: NVML cannot start here ({exc})", ExitCode.NO_GPU) from None
+    raise GpuboxError(NO_LEDGER, ExitCode.FAILED)
 
 
 def _reports(store: LedgerStore, request: ReportRequest, prices: Prices) -> tuple[LedgerReport, LedgerReport]:
