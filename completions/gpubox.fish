@@ -135,7 +135,7 @@ complete -c gpubox -n "__gpubox_at 'gpubox'" -a run -d 'Run a command with the d
 complete -c gpubox -n "__gpubox_at 'gpubox'" -a queue -d 'A local queue that runs training, quantization and inference jobs on the GPUs'
 complete -c gpubox -n "__gpubox_at 'gpubox'" -a daemon -d 'The queue daemon: starts jobs as GPUs free up (clients start it when it is not running)'
 complete -c gpubox -n "__gpubox_at 'gpubox'" -a doctor -d 'Check the box and its data pipeline; say what to change first'
-complete -c gpubox -n "__gpubox_at 'gpubox'" -a metrics -d 'Prometheus metrics of this box: its GPUs, their processes and the queue'
+complete -c gpubox -n "__gpubox_at 'gpubox'" -a metrics -d 'Prometheus metrics of this box: its GPUs, their processes, the queue and the GPU-hours ledger'
 complete -c gpubox -n "__gpubox_at 'gpubox'" -s V -l version -d 'Print the version and exit.'
 complete -c gpubox -n "__gpubox_at 'gpubox'" -s h -l help -d 'Show this message and exit.'
 complete -c gpubox -n "__gpubox_at 'gpubox top'" -l once -d 'Print one snapshot and exit.'

@@ -46,7 +46,7 @@ SETTING_HELP = {
     "color": "Colour on a terminal: \\fBtrue\\fR or \\fBfalse\\fR.",
     "ledger.interval": "Seconds between the daemon's samples of how the GPUs are used, for reports.",
     "ledger.retention_days": "Days of GPU use the daemon keeps for reports, per hour.",
-    "ledger.minute_retention_days": "Days of GPU use kept per minute (reports of older windows are exact to the hour).",
+    "ledger.minute_retention_days": "Days of GPU use kept per minute (older hours a report cuts count pro rata).",
     "report.gpu_hour_price": "Price of one GPU-hour: reports show costs when it is set.",
     "report.kwh_price": "Price of one kWh: reports add the energy's cost when it is set.",
     "queue.default_gpus": "GPUs a job gets when it does not say, on a box with GPUs (0 on a box without).",

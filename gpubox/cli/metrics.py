@@ -19,7 +19,7 @@ if TYPE_CHECKING:  # imported when a command runs, so that `gpubox --help` does 
 DUMP_WINDOW = 0.5  # seconds of rates in `dump` when --interval is not given, as `top --once`
 
 app = typer.Typer(
-    help="Prometheus metrics of this box: its GPUs, their processes and the queue.",
+    help="Prometheus metrics of this box: its GPUs, their processes, the queue and the GPU-hours ledger.",
     no_args_is_help=True,
     rich_markup_mode=None,
 )
@@ -44,8 +44,11 @@ def serve(
     gpubox_gpu_sm_active_ratio, gpubox_gpu_sm_occupancy_ratio, PCIe bytes per second and link,
     memory, power, temperature, energy and gpubox_gpu_lost. Per process (labels gpu, uuid, pid,
     user, job, kind): gpubox_process_sm_util_ratio, gpubox_process_gpu_memory_bytes and
-    gpubox_process_loader_wait_ratio. Queue: gpubox_queue_jobs by kind and state. A figure the
-    GPU does not give is left out of the scrape, never exported as 0.
+    gpubox_process_loader_wait_ratio. Queue: gpubox_queue_jobs by kind and state. Ledger, once
+    the daemon has recorded GPU use (not with --demo), per GPU since the ledger began:
+    gpubox_gpu_allocated_seconds_total, gpubox_gpu_busy_seconds_total and
+    gpubox_gpu_starved_seconds_total. A figure the GPU does not give is left out of the scrape,
+    never exported as 0.
 
     Exit codes: 0 stopped by a signal, 1 cannot listen, 2 bad --listen, 3 no NVIDIA driver.
     """

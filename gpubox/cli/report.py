@@ -10,7 +10,8 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Annotated, Any
+from datetime import datetime
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import typer
 
@@ -118,8 +119,6 @@ _WEEKS = re.compile(r"(\d+(?:\.\d+)?)w", re.IGNORECASE)
 def parse_when(text: str, now: float, option: str) -> float:
     """Seconds since the epoch from "now", an ISO date or date-time (local time unless it names
     a zone), or a duration ago."""
-    from datetime import datetime
-
     from gpubox.queue.parse import parse_duration
 
     value = text.strip()
@@ -128,8 +127,7 @@ def parse_when(text: str, now: float, option: str) -> float:
     when: float | None = None
     try:
         moment = datetime.fromisoformat(value)
-        when = (moment if moment.tzinfo is not None else moment.astimezone()).timestamp()
-    except (ValueError, OverflowError, OSError):
+    except ValueError:
         if _BARE_NUMBER.fullmatch(value):  # seconds ago, or a Unix time? Neither is a guess worth making
             raise GpuboxError(
                 f"invalid {option} {text!r}: give a unit (such as 90m or 7d) or a date", ExitCode.USAGE
@@ -139,10 +137,25 @@ def parse_when(text: str, now: float, option: str) -> float:
             when = now - (float(weeks[1]) * 7 * 86400 if weeks else parse_duration(value))
         except (ValueError, OverflowError):
             raise GpuboxError(f"invalid {option} {text!r}: expected {WHEN_FORMS}", ExitCode.USAGE) from None
+    else:
+        when = _timestamp(moment)
     # Local time and SQLite's integers both end somewhere: a window from 1970 to the year 9999 is plenty.
     if not 0 <= when < LATEST:
         raise GpuboxError(f"{option} {text!r} is outside 1970 to 9999", ExitCode.USAGE)
     return when
+
+
+def _timestamp(moment: datetime) -> float:
+    """Seconds since the epoch of a date-time, local time unless it names a zone; out of range
+    (before 1970 or after 9999) where local time cannot place it, as for 0001-01-01."""
+    try:
+        return (moment if moment.tzinfo is not None else moment.astimezone()).timestamp()
+    except (ValueError, OverflowError, OSError):
+        pass
+    try:  # datetime's own arithmetic overflows near the year 9999; the C library's may not
+        return time.mktime(moment.timetuple()) + moment.microsecond / 1e6
+    except (ValueError, OverflowError, OSError):
+        return -1.0 if moment.year < 1970 else LATEST
 
 
 def parse_request(since: str, until: str, by: str | None, tag: str | None, now: float | None = None) -> ReportRequest:
@@ -180,22 +193,37 @@ def _settings(per_gpu_hour: float | None, per_kwh: float | None, no_color: bool)
 
 
 def open_ledger() -> LedgerStore:
+    """The ledger, to read; exit 1 (or 3 without NVML) when it has nothing recorded, whether no
+    daemon has made it yet or one has and not yet written its first minute."""
     from gpubox.ledger.store import LedgerError, LedgerStore, ledger_path
 
     path = ledger_path()
     if not path.exists():
-        from gpubox.telemetry.backend import BackendUnavailable
-        from gpubox.telemetry.nvml_load import load_nvml
-
-        try:
-            load_nvml()
-        except BackendUnavailable as exc:  # the daemon runs, maybe, but has no GPU to record
-            raise GpuboxError(f"no GPU use recorded: NVML cannot start here ({exc})", ExitCode.NO_GPU) from None
-        raise GpuboxError(NO_LEDGER, ExitCode.FAILED)
+        _nothing_recorded()
     try:
-        return LedgerStore(path, create=False)
+        store = LedgerStore(path, create=False)
     except LedgerError as exc:
         raise GpuboxError(str(exc), ExitCode.FAILED) from None
+    try:
+        recorded = "last_sample_at" in store.meta()
+    except LedgerError as exc:
+        store.close()
+        raise GpuboxError(str(exc), ExitCode.FAILED) from None
+    if not recorded:
+        store.close()
+        _nothing_recorded()
+    return store
+
+
+def _nothing_recorded() -> NoReturn:
+    from gpubox.telemetry.backend import BackendUnavailable
+    from gpubox.telemetry.nvml_load import load_nvml
+
+    try:
+        load_nvml()
+    except BackendUnavailable as exc:  # the daemon runs, maybe, but has no GPU to record
+        raise GpuboxError(f"no GPU use recorded: NVML cannot start here ({exc})", ExitCode.NO_GPU) from None
+    raise GpuboxError(NO_LEDGER, ExitCode.FAILED)
 
 
 def _reports(store: LedgerStore, request: ReportRequest, prices: Prices) -> tuple[LedgerReport, LedgerReport]:
@@ -229,13 +257,14 @@ def _print_data(request: ReportRequest, prices: Prices, as_json: bool) -> None:
 
 def _print_human(request: ReportRequest, prices: Prices, color: bool) -> None:
     from gpubox.cli.report_view import ReportView, chart_columns, chart_step, render
-    from gpubox.ledger.series import gpu_series
+    from gpubox.ledger.series import gpu_series, shortest_step
 
     out = console(color)
     with _ledger_errors(), open_ledger() as store, store.reading():  # table, summary and chart agree
         grouped, by_gpu = _reports(store, request, prices)
         label_width = max((len(r.group) for r in by_gpu.rows), default=1)
-        step = chart_step(request.since, request.until, chart_columns(out.width, label_width))
+        columns = chart_columns(out.width, label_width)
+        step = chart_step(request.since, request.until, columns, shortest_step(store, request.since, request.until))
         series = gpu_series(store, request.since, request.until, step)
     render(ReportView(grouped, by_gpu, series, step), out)
 

@@ -67,11 +67,12 @@ def _csv_cell(row: UsageRow, name: str) -> object:
     return csv_text(value) if isinstance(value, str) else value
 
 
-def chart_step(since: float, until: float, columns: int) -> int:
-    """The shortest readable step (whole minutes) that puts the window in `columns` cells."""
+def chart_step(since: float, until: float, columns: int, least: int = 60) -> int:
+    """The shortest readable step (whole minutes, a multiple of `least`) that puts the window in
+    `columns` cells."""
     span = until - since
     for step in _STEPS:
-        if span / step <= columns:
+        if step % least == 0 and span / step <= columns:
             return step
     return _STEPS[-1] * math.ceil(span / (_STEPS[-1] * columns))
 

@@ -5,8 +5,8 @@ ends, so a report over a year reads some 9,000 rows per GPU rather than 525,600.
 exactly the sum of its minute rows (the store adds it up from their integers), so where a window's
 parts fall changes nothing, and the exporter, which adds up the hours, says the same. A minute the
 window cuts counts for the part of it inside the window and not in a gap, up to what it observed,
-so a GPU's observed time never exceeds the window (where retention dropped the minutes sooner than
-the hours, the window's two part hours are missing). Per-attempt and unqueued figures are kept
+so a GPU's observed time never exceeds the window; where retention dropped the minutes sooner than
+the hours, an hour the window cuts counts the same way. Per-attempt and unqueued figures are kept
 per hour: every hour that overlaps the window counts whole.
 """
 
@@ -79,25 +79,63 @@ def gpu_usage(
 ) -> dict[int, GpuUsage]:
     """Each GPU's usage over [since, until). A minute the window cuts counts for the time of it
     inside the window that was not a gap, at most all it observed, and its other figures by the
-    same share; `gaps` are the GPUs' gaps (`gap_intervals`) over the window."""
+    same share; `gaps` are the GPUs' gaps (`gap_intervals`) over the window. Where retention
+    dropped the minutes of an hour the window cuts, that hour's row counts the same way."""
     totals: dict[int, GpuUsage] = {}
     add = partial(_add, totals)
-    for table, key, lo, hi in window_parts(since, until):
-        whole_lo, whole_hi = (lo, hi) if table == "gpu_hours" else _whole_minutes(lo, hi)
-        if whole_lo < whole_hi:
-            sql = f"SELECT gpu, {GPU_COLUMNS.sums()} FROM {table} WHERE {key} >= ? AND {key} < ? GROUP BY gpu"
-            for row in store.rows(sql, (whole_lo, whole_hi)):
+    for table, _key, lo, hi in window_parts(since, until):
+        if table == "gpu_hours":
+            sql = f"SELECT gpu, {GPU_COLUMNS.sums()} FROM gpu_hours WHERE hour >= ? AND hour < ? GROUP BY gpu"
+            for row in store.rows(sql, (lo, hi)):
                 add(row[0], GPU_COLUMNS.usage(row, 1))
-        if table == "gpu_minutes":
-            for minute in _cut_minutes(lo, hi):
-                part = (max(lo, minute), min(hi, minute + MINUTE))
-                sql = f"SELECT gpu, {GPU_COLUMNS.sums()} FROM gpu_minutes WHERE minute = ? GROUP BY gpu"
-                for row in store.rows(sql, (minute,)):
-                    usage = GPU_COLUMNS.usage(row, 1)
-                    inside = part[1] - part[0] - _overlap(part, gaps.get(row[0], []))
-                    if usage.observed_s > 0:
-                        add(row[0], usage.scaled(min(1.0, max(0.0, inside) / usage.observed_s)))
+            continue
+        for hour in range(math.floor(lo / HOUR) * HOUR, math.ceil(hi / HOUR) * HOUR, HOUR):
+            part = (max(lo, hour), min(hi, hour + HOUR))
+            pruned = _hours_without_minutes(store, hour)
+            for gpu, usage in pruned.items():
+                _add_share(totals, gpu, usage, part, gaps)
+            for gpu, usage in _minute_usage(store, part, gaps).items():
+                if gpu not in pruned:
+                    add(gpu, usage)
     return totals
+
+
+def _minute_usage(store: LedgerStore, part: Interval, gaps: Mapping[int, list[Interval]]) -> dict[int, GpuUsage]:
+    """Each GPU's usage over `part` (inside one hour) from its minute rows."""
+    totals: dict[int, GpuUsage] = {}
+    lo, hi = part
+    whole_lo, whole_hi = _whole_minutes(lo, hi)
+    if whole_lo < whole_hi:
+        sql = f"SELECT gpu, {GPU_COLUMNS.sums()} FROM gpu_minutes WHERE minute >= ? AND minute < ? GROUP BY gpu"
+        for row in store.rows(sql, (whole_lo, whole_hi)):
+            _add(totals, row[0], GPU_COLUMNS.usage(row, 1))
+    for minute in _cut_minutes(lo, hi):
+        cut = (max(lo, minute), min(hi, minute + MINUTE))
+        sql = f"SELECT gpu, {GPU_COLUMNS.sums()} FROM gpu_minutes WHERE minute = ? GROUP BY gpu"
+        for row in store.rows(sql, (minute,)):
+            _add_share(totals, row[0], GPU_COLUMNS.usage(row, 1), cut, gaps)
+    return totals
+
+
+def _hours_without_minutes(store: LedgerStore, hour: int) -> dict[int, GpuUsage]:
+    """The hour rows at `hour` whose minutes retention dropped, in whole or in part: an hour row
+    holds exactly the sum of its minute rows, so any shortfall is what was pruned."""
+    rows = store.rows(
+        f"SELECT gpu, {', '.join(GPU_COLUMNS.names)} FROM gpu_hours h WHERE hour = ? AND observed_ms >"
+        " (SELECT COALESCE(SUM(m.observed_ms), 0) FROM gpu_minutes m"
+        " WHERE m.minute >= h.hour AND m.minute < h.hour + ? AND m.gpu = h.gpu)",
+        (hour, HOUR),
+    )
+    return {row[0]: GPU_COLUMNS.usage(row, 1) for row in rows}
+
+
+def _add_share(
+    totals: dict[int, GpuUsage], gpu: int, usage: GpuUsage, part: Interval, gaps: Mapping[int, list[Interval]]
+) -> None:
+    """Add a rollup the window cuts, for the time of `part` that was not a gap, at most all it observed."""
+    if usage.observed_s > 0:
+        inside = part[1] - part[0] - _overlap(part, gaps.get(gpu, []))
+        _add(totals, gpu, usage.scaled(min(1.0, max(0.0, inside) / usage.observed_s)))
 
 
 def _add(totals: dict[int, GpuUsage], gpu: int, usage: GpuUsage) -> None:

@@ -1,8 +1,9 @@
 """Utilisation over time per GPU, in equal steps: what a chart of the report draws.
 
 Steps that are whole hours are read from the hourly rollups (a year in 8,760 rows per GPU at
-most); shorter ones from the minutes. A rollup counts when it starts inside [since, until), and
-a step starts on a multiple of itself (epoch time), so the first and last steps may be partial.
+most); shorter ones from the minutes, unless retention dropped minutes inside the window
+(`shortest_step`). A rollup counts when it starts inside [since, until), and a step starts on a
+multiple of itself (epoch time), so the first and last steps may be partial.
 """
 
 from __future__ import annotations
@@ -34,6 +35,18 @@ class GpuSeries:
     label: str
     uuid: str
     points: tuple[SeriesPoint, ...]  # only the steps with observed time, in order
+
+
+def shortest_step(store: LedgerStore, since: float, until: float) -> int:
+    """A minute; an hour where retention dropped minutes of an hour inside the window (an hour row
+    holds exactly the sum of its minutes, so minutes short of it were pruned)."""
+    [(pruned,)] = store.rows(
+        "SELECT EXISTS (SELECT 1 FROM gpu_hours h WHERE h.hour > ? AND h.hour < ? AND h.observed_ms >"
+        " (SELECT COALESCE(SUM(m.observed_ms), 0) FROM gpu_minutes m"
+        " WHERE m.minute >= h.hour AND m.minute < h.hour + ? AND m.gpu = h.gpu))",
+        (since - HOUR, until, HOUR),
+    )
+    return HOUR if pruned else MINUTE
 
 
 def gpu_series(store: LedgerStore, since: float, until: float, step_s: int) -> tuple[GpuSeries, ...]:

@@ -112,6 +112,32 @@ def test_retention_deletes_what_is_older_than_the_days_kept(tmp_path: Path) -> N
     assert store.prune(now + 6 * DAY, keep_days=5).gaps == 2  # the gap ended 6 days ago now
 
 
+@pytest.mark.parametrize("minutes_from", [T0 + 4 * 3600, T0 + 5400], ids=["all-minutes", "to-mid-hour"])
+def test_a_window_that_cuts_hours_whose_minutes_were_pruned_counts_their_part(
+    tmp_path: Path, minutes_from: int
+) -> None:
+    # Minutes are kept 35 days, hours 400: a window 40 days back that cuts hours must count the
+    # part of each hour inside it from the hour's row, not drop the part (or the whole report).
+    store = open_store(tmp_path)
+    clock = Clock()
+    recorder = Recorder(store, interval_s=5, clock=clock)
+    drive(recorder, clock, working, T0, T0 + 3 * 3600)
+    recorder.close()
+    now = minutes_from + 35 * DAY
+    store.prune(now, keep_days=400, keep_minute_days=35)
+    [(kept,)] = store.rows("SELECT count(*) FROM gpu_minutes")
+    assert kept == (0 if minutes_from > T0 + 3 * 3600 else 2 * 90)
+    windows = ((T0 + 1800, T0 + 5400), (T0 + 900, T0 + 2 * 3600 + 2700), (T0 + 600, T0 + 1200), (T0 + 4500, T0 + 9000))
+    for since, until in windows:
+        rows = {r.group: r for r in build_report(store, since, until, "gpu", now=now).rows}
+        hours = (until - since) / 3600
+        assert set(rows) == {"0", "1"}
+        assert rows["0"].calendar_gpu_hours == pytest.approx(hours)
+        assert rows["0"].allocated_gpu_hours == pytest.approx(hours)
+        assert rows["0"].busy_gpu_hours == pytest.approx(0.375 * hours)
+        assert rows["1"].unqueued_gpu_hours == pytest.approx(hours)
+
+
 def test_totals_since_the_ledger_began_never_drop_when_hours_are_pruned(tmp_path: Path) -> None:
     store = open_store(tmp_path)
     clock = Clock()

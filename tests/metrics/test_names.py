@@ -100,3 +100,11 @@ def test_metrics_package_imports_no_ui_framework() -> None:
     )
     assert result.returncode == 0, result.stderr[-3000:]
     assert json.loads(result.stdout.strip().splitlines()[-1]) == {}
+
+
+def test_the_help_of_serve_names_the_ledger_counters() -> None:
+    out = subprocess.run(
+        [sys.executable, "-m", "gpubox", "metrics", "serve", "--help"], capture_output=True, text=True, check=True
+    ).stdout
+    for spec in LEDGER_METRICS:
+        assert spec.name in out, spec.name

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from gpubox.cli.report import NO_LEDGER
+from gpubox.ledger.store import LedgerStore
 from tests.report.conftest import SINCE, UNTIL, Box, one_line_error
 
 BAD = [
@@ -82,6 +83,17 @@ def test_no_ledger_yet_is_one_line_and_exit_1(box: Box, gpus: dict[str, str]) ->
     assert one_line_error(box.report(env=gpus), 1) == f"gpubox: {NO_LEDGER}"
     assert one_line_error(box.report("--csv", env=gpus), 1) == f"gpubox: {NO_LEDGER}"
     assert not (box.state_dir / "ledger.db").exists()  # a report never creates the ledger
+
+
+def test_a_ledger_with_nothing_written_yet_is_no_ledger_yet(box: Box, gpus: dict[str, str]) -> None:
+    # The daemon makes the ledger when it starts and writes it once a minute: until then, nothing
+    # is recorded, as the README's exit codes say, and a script is not handed a report of zeros.
+    LedgerStore(box.state_dir / "ledger.db").close()
+    assert one_line_error(box.report(env=gpus), 1) == f"gpubox: {NO_LEDGER}"
+    result = box.report("--json", env=gpus)
+    assert result.returncode == 1
+    doc = json.loads(result.stdout)
+    assert (doc["ok"], doc["exit_code"], doc["data"], doc["errors"]) == (False, 1, None, [NO_LEDGER])
 
 
 def test_no_ledger_on_a_box_where_nvml_cannot_start_says_so(box: Box, tmp_path: Path) -> None:

@@ -11,6 +11,8 @@ import pytest
 
 from gpubox.cli.report_view import MAX_TABLE_ROWS, chart_step, shown_rows
 from gpubox.ledger.report import UsageRow
+from gpubox.ledger.store import LedgerStore
+from tests.ledger.builders import T0
 from tests.report.conftest import SINCE, UNTIL, Box
 
 WINDOW = ("--since", SINCE, "--until", UNTIL)
@@ -50,6 +52,15 @@ def test_summary_table_chart_and_findings(recorded: Box) -> None:
     assert "Most starved (waiting for data)" in out and "0.40 GPU-h starved of 2.00 held" in out
     assert "Hours when GPUs sat unallocated" not in out  # GPU 1 sat free, but no job waited for it
     assert "nothing recorded since" in out  # the recording stopped in the past
+
+
+def test_a_window_older_than_the_minutes_kept_is_charted_by_the_hour(recorded: Box) -> None:
+    with LedgerStore(recorded.state_dir / "ledger.db") as store:
+        store.prune(T0 + 40 * 86400, keep_days=400, keep_minute_days=35)  # the minutes are gone, the hours kept
+    out = text(recorded)
+    assert "Utilisation per GPU, one block per 1h" in out
+    lines = out.splitlines()
+    assert "0 ▇▇" in lines and "1 ▅▁" in lines  # 75% busy both hours; half busy, then idle
 
 
 @pytest.mark.parametrize(

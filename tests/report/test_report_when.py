@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from gpubox.cli.report import parse_when
@@ -9,7 +11,9 @@ from gpubox.exit_codes import GpuboxError
 from tests.helpers import run_gpubox
 
 
-@pytest.mark.parametrize("when", ["99999999999999999999d", "9999999999999d", "100000d", "1969-12-31T00:00+00:00"])
+@pytest.mark.parametrize(
+    "when", ["99999999999999999999d", "9999999999999d", "100000d", "1969-12-31T00:00+00:00", "0001-01-01"]
+)
 @pytest.mark.parametrize("as_json", [False, True])
 def test_a_window_outside_1970_to_9999_is_a_usage_error(when: str, as_json: bool) -> None:
     args = ["report", "--since", when, *(["--json"] if as_json else [])]
@@ -33,6 +37,17 @@ def test_a_time_ago_in_minutes_hours_days_or_weeks(text: str, ago: float) -> Non
 
 def test_a_date_is_local_time_unless_it_names_a_zone() -> None:
     assert parse_when("2026-11-01T08:00+00:00", NOW, "--since") == 1_793_520_000.0
+
+
+def test_the_last_local_minute_of_9999_east_of_greenwich_is_in_range(monkeypatch: pytest.MonkeyPatch) -> None:
+    # datetime's local-time arithmetic overflows there, though the moment is 9999-12-31T09:59 UTC
+    monkeypatch.setenv("TZ", "UTC-14")  # a POSIX zone 14 hours east: no zone files needed
+    time.tzset()
+    try:
+        assert parse_when("9999-12-31T23:59", NOW, "--until") == 253_402_300_800.0 - 14 * 3600 - 60
+    finally:
+        monkeypatch.undo()
+        time.tzset()
 
 
 @pytest.mark.parametrize("text", ["1700002800", "3600", "-5", "2.5"])
