@@ -168,7 +168,7 @@ class SimulatedBackend:
             pcie_tx_Bps=tx,
             pcie_rx_Bps=rx,
             pcie_source="gpm" if model.gpm else "counters",
-            pcie_link_gen=model.link_gen_max if busy > 45 else 1,
+            pcie_link_gen=model.link_gen_max if busy > 5 else 1,  # as a real GPU: slowed only at rest
             pcie_link_gen_max=model.link_gen_max,
             pcie_link_width=16,
             pcie_link_width_max=16,

@@ -16,7 +16,7 @@ from textual.widgets import Footer, Static
 from gpubox import format as fmt
 from gpubox.telemetry.model import BoxSnapshot, GpuSnapshot, ProcessSnapshot
 from gpubox.tui.charts import graph, scale_top
-from gpubox.tui.gpu_panel import PCIE_FLOOR, downtrained
+from gpubox.tui.gpu_panel import PCIE_FLOOR, below_best, downtrained
 from gpubox.tui.history import BoxHistory, GpuHistory, ProcessHistory
 from gpubox.tui.reasons import why_missing
 
@@ -122,7 +122,7 @@ class GpuDetail(DetailScreen):
         rx, tx = list(h.pcie_rx), list(h.pcie_tx)
         top = scale_top(rx + tx, PCIE_FLOOR)
         link = fmt.link(g.pcie_link_gen, g.pcie_link_width, g.pcie_link_gen_max, g.pcie_link_width_max)
-        down = "  (below its best)" if downtrained(g) else ""
+        down = "  (below its best under load)" if downtrained(g) else "  (at rest)" if below_best(g) else ""
         graph_block(text, f"PCIe RX  {link}{down}", rx, top, fmt.rate, width, why_missing(g.reasons, "pcie_rx_Bps"))
         graph_block(text, "PCIe TX", tx, top, fmt.rate, width, why_missing(g.reasons, "pcie_tx_Bps"))
         mem = f"memory used  {fmt.size(g.mem_used_bytes)} of {fmt.size(g.mem_total_bytes)}"

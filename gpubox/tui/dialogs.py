@@ -76,7 +76,8 @@ HELP = """\
   SM act       share of SMs with at least one warp resident (GPM: Hopper and newer)
   occupancy    resident warps over the maximum (GPM); "n/a: no GPM" where the GPU lacks it
   RX / TX      bytes per second into / out of the GPU over PCIe
-  PCIe GenN xW current link / best link; shown in yellow when the link runs below its best
+  PCIe GenN xW current link / best link; yellow when it runs below its best while the GPU
+               is busy (an idle GPU slows its link on purpose)
   loader wait  share of time a process waited for its next batch, over the last seconds:
                exact from the gpubox probe, "~" when estimated from stack samples, "–" when
                not measured; yellow above the threshold (top.loader_wait_threshold), red above

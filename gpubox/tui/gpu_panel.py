@@ -33,9 +33,20 @@ def _below(now: int | None, best: int | None) -> bool:
     return now is not None and best is not None and now < best
 
 
-def downtrained(gpu: GpuSnapshot) -> bool:
+# A GPU at rest drops its link to an older generation on purpose (power saving) and brings it
+# back to its best under load, as `gpubox doctor` says: a link below its best is a fault only
+# while the GPU works, or every idle GPU would be flagged.
+LINK_BUSY = 50.0  # % busy from which a link below its best counts as trained down
+
+
+def below_best(gpu: GpuSnapshot) -> bool:
     """The link runs below what it can do: an older generation or fewer lanes."""
     return _below(gpu.pcie_link_gen, gpu.pcie_link_gen_max) or _below(gpu.pcie_link_width, gpu.pcie_link_width_max)
+
+
+def downtrained(gpu: GpuSnapshot) -> bool:
+    """The link runs below what it can do while the GPU is busy: a slot, riser or setting to look at."""
+    return below_best(gpu) and (gpu.gpu_busy or 0.0) >= LINK_BUSY
 
 
 def _figure(text: Text, label: str, value: str) -> None:

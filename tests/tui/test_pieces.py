@@ -77,7 +77,7 @@ def test_a_downtrained_link_is_flagged_in_the_warning_colour() -> None:
     for _ in range(3):
         snap = box.sample()
         history.record(snap)
-    gpu = snap.gpus[0]
+    gpu = dataclasses.replace(snap.gpus[0], gpu_busy=90.0)
     slow = dataclasses.replace(gpu, pcie_link_gen=1, pcie_link_gen_max=5)
     narrow = dataclasses.replace(gpu, pcie_link_gen=5, pcie_link_gen_max=5, pcie_link_width=8)
     full = dataclasses.replace(gpu, pcie_link_gen=5, pcie_link_gen_max=5, pcie_link_width=16)
@@ -87,6 +87,22 @@ def test_a_downtrained_link_is_flagged_in_the_warning_colour() -> None:
     assert any(span.start <= start < span.end and span.style == WARN for span in text.spans)
     text = panel_text(full, history.gpus[gpu.uuid], 40)
     start = text.plain.index("Gen5 x16/Gen5 x16")
+    assert not any(span.start <= start < span.end and span.style == WARN for span in text.spans)
+
+
+def test_an_idle_gpus_slow_link_is_not_flagged() -> None:
+    # An idle GPU drops to Gen1 on purpose: flagging it would mark every idle GPU of a box.
+    box = sim(3, 0)
+    history = BoxHistory()
+    snap = box.sample()
+    history.record(snap)
+    gpu = snap.gpus[0]
+    resting = dataclasses.replace(gpu, gpu_busy=0.0, pcie_link_gen=1, pcie_link_gen_max=5)
+    unknown = dataclasses.replace(resting, gpu_busy=None)
+    assert not downtrained(resting) and not downtrained(unknown)
+    text = panel_text(resting, history.gpus[gpu.uuid], 40)
+    start = text.plain.index("Gen1 x16/Gen5 x16")
+    assert "↓" not in text.plain
     assert not any(span.start <= start < span.end and span.style == WARN for span in text.spans)
 
 
