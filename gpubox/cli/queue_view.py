@@ -153,13 +153,14 @@ def job_details(
     usage: Mapping[str, Any] | None = None,
     usage_unread: bool = False,
 ) -> str:
+    holding = "holds" if rec["state"] == "running" else "held"  # an ended job's last GPUs
     lines = [
         f"job {rec['id']}" + (f" ({rec['name']})" if rec["name"] else ""),
         f"  state       {rec['state']}" + (f": {rec['reason']}" if rec["reason"] else ""),
         f"  command     {rec['command']}" + ("   (through /bin/sh -c)" if rec["shell"] else ""),
         f"  cwd         {rec['cwd']}",
         f"  kind        {rec['kind']}, priority {rec['priority']}",
-        f"  gpus        asked {request}" + (f"; holds {held(rec['gpus'])}" if rec["gpus"] else ""),
+        f"  gpus        asked {request}" + (f"; {holding} {held(rec['gpus'])}" if rec["gpus"] else ""),
         f"  after       {', '.join(map(str, rec['after'])) or DASH}",
         f"  time limit  {duration(rec['time_limit_s']) if rec['time_limit_s'] else DASH}",
         f"  retries     {rec['failures']} of {rec['retries']} used",

@@ -75,6 +75,8 @@ def test_show_names_the_gpus_held_in_words() -> None:
     text = job_details(rec, attempts, "1")
     assert "asked 1; holds GPU 0" in text
     assert "ran 1m00s on GPUs 0,1;" in text
+    rec.update({"state": "failed", "ended_at": 1060.0})  # an ended job no longer holds them
+    assert "asked 1; held GPU 0" in job_details(rec, attempts, "1")
 
 
 def test_gpu_use_says_when_the_ledger_has_not_caught_up_with_the_job() -> None:
