@@ -151,7 +151,8 @@ def ls(
 
     paths = queue_paths()
     with errors(), open_queue_store(paths) as store:
-        states = state or (None if show_all else ["queued", "running"])
+        # Any case, as --kind takes it: QUEUED is queued.
+        states = [s.lower() for s in state] if state else (None if show_all else ["queued", "running"])
         jobs = store.list(states)
     view = daemon_view(paths)
     index, live = gpu_index(view, jobs), live_reasons(view)

@@ -257,6 +257,7 @@ def test_ls_shows_queued_and_running_all_shows_ended_state_filters(queue: QueueB
     assert listed(queue, "--all") == [succeeded, failed, running, queued]
     assert listed(queue, "--state", "failed") == [failed]
     assert listed(queue, "--state", "failed", "--state", "succeeded") == [succeeded, failed]
+    assert listed(queue, "--state", "FAILED") == [failed]  # any case, as --kind
     doc = as_json(queue, "queue", "ls", "--all")
     assert doc["command"] == "queue ls" and doc["data"]["daemon"] is True
     assert [(j["id"], j["state"]) for j in doc["data"]["jobs"]] == [
