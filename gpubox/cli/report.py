@@ -169,7 +169,7 @@ def parse_request(since: str, until: str, by: str | None, tag: str | None, now: 
         raise GpuboxError(f"--tag KEY groups --by tag; it does not apply to --by {grouping}", ExitCode.USAGE)
     if tag is not None and not _TAG_KEY.fullmatch(tag):
         raise GpuboxError(
-            f"invalid --tag {tag!r}: expected a tag key (letters, digits, '_', '.' or '-'), such as team",
+            f"invalid --tag {tag!r}: expected a tag key (ASCII letters, digits, '_', '.' or '-'), such as team",
             ExitCode.USAGE,
         )
     start, end = parse_when(since, now, "--since"), parse_when(until, now, "--until")

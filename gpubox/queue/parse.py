@@ -61,11 +61,11 @@ def parse_size(text: str) -> int:
 
 
 def parse_tag(text: str) -> tuple[str, str]:
-    """A (key, value) pair from "key=value"; the key is letters, digits, _ . -; value non-empty."""
+    """A (key, value) pair from "key=value"; the key is ASCII letters, digits, _ . -; value non-empty."""
     key, sep, value = text.partition("=")
     if not sep or not _TAG_KEY_RE.fullmatch(key) or not value:
         raise ValueError(
-            f"invalid tag {text!r}: expected key=value, the key made of letters, digits, "
+            f"invalid tag {text!r}: expected key=value, the key made of ASCII letters, digits, "
             "'_', '.' or '-', and a non-empty value"
         )
     if has_control(value):  # a report's row, a metric's label: one line, as a name is
@@ -83,7 +83,7 @@ def parse_env(text: str) -> tuple[str, str]:
     if not sep or not _ENV_NAME_RE.fullmatch(name):
         raise ValueError(
             f"invalid environment variable {text!r}: expected NAME=value with NAME "
-            "made of letters, digits and '_', not starting with a digit"
+            "made of ASCII letters, digits and '_', not starting with a digit"
         )
     return name, value
 
