@@ -22,7 +22,8 @@ def size(value: float | None) -> str:
     if value is None:
         return DASH
     for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if abs(value) < 1024 or unit == "TiB":
+        # Compared as shown: 1023.96 KiB is 1.0MiB, not "1024.0KiB".
+        if abs(round(value, 0 if unit == "B" else 1)) < 1024 or unit == "TiB":
             return f"{value:.0f}{unit}" if unit == "B" else f"{value:.1f}{unit}"
         value /= 1024
     return DASH  # unreachable

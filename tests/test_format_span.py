@@ -16,3 +16,22 @@ from gpubox.queue.parse import parse_duration
 def test_span(seconds: float, text: str) -> None:
     assert span(seconds) == text
     assert parse_duration(text, zero=True) == pytest.approx(seconds)  # what a user can type back
+
+
+@pytest.mark.parametrize(
+    ("value", "text"),
+    [
+        (0, "0B"),
+        (1023, "1023B"),
+        (1023.6, "1.0KiB"),  # would round to 1024B
+        (1024, "1.0KiB"),
+        (1023.96 * 1024, "1.0MiB"),  # would round to 1024.0KiB
+        (1023.94 * 1024, "1023.9KiB"),
+        (1.5 * 1024**3, "1.5GiB"),
+        (2048 * 1024**4, "2048.0TiB"),  # the largest unit takes any size
+    ],
+)
+def test_size_never_shows_1024_of_a_unit(value: float, text: str) -> None:
+    from gpubox.format import size
+
+    assert size(value) == text
