@@ -160,7 +160,8 @@ def _examine(
     if no_gpu_but_asked:
         notes.append(f"{NO_GPU_NOTE}: {facts.nvml_error or 'NVML lists none'}")
     elif gpu_work and not facts.gpus:
-        notes.append(f"no GPU found ({facts.nvml_error or 'NVML lists none'}): the GPU checks are skipped")
+        why = (facts.nvml_error or "NVML lists none").rstrip(".")  # a sentence, here inside brackets
+        notes.append(f"no GPU found ({why}): the GPU checks are skipped")
     report = make_report(
         "doctor",
         options.mode,

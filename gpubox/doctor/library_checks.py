@@ -64,7 +64,7 @@ def nvml_check(facts: SystemFacts) -> Check:
             meaning="NVML, the driver's management library, answers: gpubox, nvidia-smi and monitoring see the GPUs.",
         )
     if not facts.nvidia_devices:
-        return skipped(check_id, title, "driver", f"no NVIDIA GPU on this box (NVML: {facts.nvml_error})")
+        return skipped(check_id, title, "driver", f"no NVIDIA GPU on this box ({facts.nvml_error.rstrip('.')})")
     error = facts.nvml_error
     if "mismatch" in error.lower():
         fix = "The driver was updated but the old kernel module is still loaded: reboot (or reload the nvidia modules)"
@@ -170,7 +170,7 @@ def cuda_vs_torch_check(facts: SystemFacts, torch: TorchFacts) -> Check:
     if built is None:
         return skipped(check_id, title, "driver", f"torch's CUDA version {torch.cuda_build!r} is not understood")
     if facts.cuda_driver_version is None:
-        why = f" (NVML: {facts.nvml_error})" if facts.nvml_error else ""
+        why = f" ({facts.nvml_error.rstrip('.')})" if facts.nvml_error else ""
         return skipped(check_id, title, "driver", f"the driver's CUDA version is unknown{why}")
     driver = (facts.cuda_driver_version // 1000, facts.cuda_driver_version % 1000 // 10)
     evidence = {

@@ -280,3 +280,13 @@ def test_the_install_line_replaces_the_torch_in_the_interpreter_it_checked() -> 
     assert old.fix.endswith(
         "'/opt/my env/py' -m pip install --force-reinstall torch --index-url https://download.pytorch.org/whl/cu118"
     )
+
+
+def test_nvmls_sentence_inside_brackets_loses_its_full_stop() -> None:
+    # Not "… is not installed).)": the sentence is set inside the detail's brackets.
+    error = "NVML cannot start: no NVIDIA driver found (libnvidia-ml.so.1 is not installed)."
+    check = nvml_check(SystemFacts(None, None, nvml_error=error, nvidia_devices=False))
+    assert check.status == "skip"
+    assert check.detail == (
+        "no NVIDIA GPU on this box (NVML cannot start: no NVIDIA driver found (libnvidia-ml.so.1 is not installed))"
+    )
