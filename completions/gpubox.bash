@@ -118,7 +118,7 @@ _gpubox() {
             case "$prev" in
                 --since) COMPREPLY=(); return ;;
                 --until) COMPREPLY=(); return ;;
-                --by) COMPREPLY=(); return ;;
+                --by) mapfile -t COMPREPLY < <(compgen -W 'gpu job kind tag user' -- "$cur"); return ;;
                 --tag) COMPREPLY=(); return ;;
                 --price-per-gpu-hour) COMPREPLY=(); return ;;
                 --price-per-kwh) COMPREPLY=(); return ;;

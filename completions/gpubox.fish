@@ -147,7 +147,7 @@ complete -c gpubox -n "__gpubox_at 'gpubox top'" -l no-color -d 'No colour, even
 complete -c gpubox -n "__gpubox_at 'gpubox top'" -s h -l help -d 'Show this message and exit.'
 complete -c gpubox -n "__gpubox_at 'gpubox report'" -l since -x -d 'Start of the window: a time ago (7d, 12h, 90m), a date (2026-11-01) or a date and time (2026-11-01T08:00, local time unless it names a zone).'
 complete -c gpubox -n "__gpubox_at 'gpubox report'" -l until -x -d 'End of the window, in the same forms, or now.'
-complete -c gpubox -n "__gpubox_at 'gpubox report'" -l by -x -d 'Rows by gpu (the default), job, kind, tag or user.'
+complete -c gpubox -n "__gpubox_at 'gpubox report'" -l by -x -a 'gpu job kind tag user' -d 'Rows by gpu (the default), job, kind, tag or user.'
 complete -c gpubox -n "__gpubox_at 'gpubox report'" -l tag -x -d 'With --by tag: one row per value of this tag key.'
 complete -c gpubox -n "__gpubox_at 'gpubox report'" -l json -d 'Print one JSON document (schema 1) instead of text.'
 complete -c gpubox -n "__gpubox_at 'gpubox report'" -l csv -d 'Print the rows as CSV, for spreadsheets.'

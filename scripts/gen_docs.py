@@ -64,9 +64,10 @@ SETTING_HELP = {
 # Options whose values gpubox checks itself (for its own one-line messages) rather than through
 # a Choice type, and text options that name a path: completion offers them all the same.
 def _checked_values() -> dict[str, tuple[str, ...]]:
+    from gpubox.ledger.report import GROUPINGS
     from gpubox.queue.jobs import KINDS, STATES
 
-    return {"--kind": KINDS, "--state": STATES}
+    return {"--kind": KINDS, "--state": STATES, "--by": GROUPINGS}
 
 
 CHECKED_VALUES = _checked_values()

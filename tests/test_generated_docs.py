@@ -183,6 +183,7 @@ def test_bash_completes_commands_options_and_skips_option_values() -> None:
     # Values gpubox checks itself, not through a Choice type, are offered all the same.
     assert _bash_complete(script, "gpubox queue add --kind ") == ["batch", "infer", "other", "quantize", "train"]
     assert _bash_complete(script, "gpubox queue ls --state r") == ["running"]
+    assert _bash_complete(script, "gpubox report --by ") == ["gpu", "job", "kind", "tag", "user"]
     # --cwd names a directory: folders only, where --file takes any file.
     assert _bash_complete(script, "gpubox queue add --cwd /et") == ["/etc"]
     assert _bash_complete(script, "gpubox queue add --cwd /etc/passw") == []
