@@ -296,11 +296,13 @@ def follow(
     done: Callable[[], bool],
     sleep: Callable[[float], None] = time.sleep,
 ) -> Iterator[bytes]:
-    """Chunks of a growing log until the job ends and the file is drained; follows new attempts."""
+    """Chunks of a growing log until the job ends and the file is drained; follows new attempts.
+    `path_for` is asked once a step: it may move on to the next attempt each time (`each_attempt`),
+    so asking it twice for one step would skip one."""
     current: Path | None = None
     offset = 0
+    path = path_for()
     while True:
-        path = path_for()
         if path != current:
             if current is not None:  # a new attempt: the one before ended, and its end is read first
                 yield from _rest(current, offset)
@@ -313,15 +315,16 @@ def follow(
         if chunk:
             offset += len(chunk)
             yield chunk
-            continue
-        if done():
+        elif done():
             path = path_for()
             if path == current:
                 if current is not None:  # what it wrote after the last read, before it ended
                     yield from _rest(current, offset)
                 return
-            continue
-        sleep(0.2)
+            continue  # a later attempt's log: read it next
+        else:
+            sleep(0.2)
+        path = path_for()
 
 
 def _rest(path: Path, offset: int) -> Iterator[bytes]:

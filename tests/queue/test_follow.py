@@ -66,3 +66,20 @@ def test_a_follower_starts_at_the_latest_attempt(tmp_path: Path) -> None:
         log.write_bytes(f"att {n}\n".encode())
     path_for = each_attempt(lambda: 3, logs.__getitem__)
     assert b"".join(follow(path_for, lambda: True, lambda s: None)) == b"att 3\n"
+
+
+def test_every_attempt_is_read_when_the_job_ended_before_the_first_look(tmp_path: Path) -> None:
+    """Three quick attempts, all over before the follower first looks: the first printed nothing
+    (its error went to stderr), and the second's output must not be skipped on the way to the third."""
+    logs = {n: tmp_path / f"1.{n}.out" for n in (1, 2, 3)}
+    logs[1].write_bytes(b"")
+    logs[2].write_bytes(b"att 2\n")
+    logs[3].write_bytes(b"att 3\n")
+    attempt = [0]  # queued when the follower starts
+
+    def sleep(seconds: float) -> None:
+        attempt[0] = 3  # all three ran and the job failed while it slept
+
+    path_for = each_attempt(lambda: attempt[0], logs.__getitem__)
+    done = lambda: attempt[0] == 3  # noqa: E731
+    assert b"".join(follow(path_for, done, sleep)) == b"att 2\natt 3\n"
