@@ -78,3 +78,39 @@ def test_gpm_samples_are_freed_on_close(nvml: Any) -> None:
 def test_clock_event_names() -> None:
     assert decode_clock_events(0) == ()
     assert decode_clock_events(0x4 | 0x20) == ("sw_power_cap", "sw_thermal_slowdown")
+
+
+class FailingOnce(CountingNvml):
+    """Raises NVML's 'unknown error' once, on the n-th call of one function with these arguments' count."""
+
+    def __init__(self, module: Any, name: str, nargs: int, at: int) -> None:
+        super().__init__(module)
+        self._name, self._nargs, self._at = name, nargs, at
+
+    def __getattr__(self, name: str) -> Any:
+        value = super().__getattr__(name)
+        if name != self._name:
+            return value
+
+        def failing(*args: Any) -> Any:
+            if len(args) == self._nargs:
+                self._at -= 1
+                if self._at == 0:
+                    raise self._m.NVMLError(self._m.NVML_ERROR_UNKNOWN)
+            return value(*args)
+
+        return failing
+
+
+def test_a_passing_error_of_the_v2_memory_call_does_not_switch_to_the_older_figure(nvml: Any) -> None:
+    # The older call counts the driver's reserve too: once v2 has answered, a passing failure
+    # must not make every later refresh read hundreds of MiB more than before.
+    box = scenarios.hopper(gpus=1, processes=0)
+    box.gpus[0].memory_used, box.gpus[0].memory_reserved = 20_000 * 2**20, 512 * 2**20
+    module = FailingOnce(nvml(box), "nvmlDeviceGetMemoryInfo", nargs=2, at=2)
+    backend = NvmlBackend(module, clock=lambda: 1000.0)  # type: ignore[arg-type]
+    used = [backend.sample().gpus[0].mem_used_bytes for _ in range(4)]
+    backend.close()
+    want = 20_000 * 2**20 - 512 * 2**20
+    assert used[0] == used[3] == want
+    assert used[1] is None  # the failed refresh: no figure, never the other kind

@@ -19,7 +19,7 @@ from gpubox.telemetry.host_procs import PidInfo, PidTable, host_snapshot, prime_
 from gpubox.telemetry.loader_wait import LoaderWait, LoaderWaitReader
 from gpubox.telemetry.model import BoxSnapshot, GpuId, GpuSnapshot, ProcessSnapshot, Reason
 from gpubox.telemetry.nvml_device import Caller, Device
-from gpubox.telemetry.nvml_errors import reason_for
+from gpubox.telemetry.nvml_errors import PERMANENT, reason_for
 from gpubox.telemetry.nvml_load import load_nvml
 from gpubox.telemetry.nvml_rates import GPM_FIELDS, read_gpm, read_pcie, read_process_util
 
@@ -152,19 +152,24 @@ class NvmlBackend:
         """Memory in use as nvidia-smi, nvtop and DCGM count it: without what the driver reserves
         for itself (NVML's v2 call; a few hundred MiB on an idle GPU). A driver or binding that
         cannot answer v2 (old, WSL, a struct it does not know) is asked the older way from then
-        on, whose figure includes the reserved part: the same GPU never switches between the two."""
+        on, whose figure includes the reserved part; once v2 has answered, a failure that may pass
+        gives no figure that time: the same GPU never switches between the two."""
         n, h = self._nvml, dev.handle
         if "mem_used_v2" not in dev.dead:
             try:
-                return int(n.nvmlDeviceGetMemoryInfo(h, n.nvmlMemory_v2).used)
+                used = int(n.nvmlDeviceGetMemoryInfo(h, n.nvmlMemory_v2).used)
             except AttributeError:  # a binding without nvmlMemory_v2
                 dev.dead["mem_used_v2"] = Reason.FUNCTION_MISSING
             except self._call.errors as exc:
                 reason = reason_for(exc)
-                if reason == Reason.GPU_LOST:
+                # Once v2 has answered, a passing failure is no figure this time, not the older kind.
+                if reason == Reason.GPU_LOST or (dev.mem_v2_answered and reason not in PERMANENT):
                     reasons["mem_used_bytes"] = self._call.failed(dev, "mem_used_bytes", exc).value
                     return None
                 dev.dead["mem_used_v2"] = reason
+            else:
+                dev.mem_v2_answered = True
+                return used
         mem = self._call(dev, "mem_used_bytes", lambda: n.nvmlDeviceGetMemoryInfo(h), reasons)
         return None if mem is None else int(mem.used)
 

@@ -34,6 +34,7 @@ class Device:
     proc_util_ts: int = 0  # newest process-utilization sample seen (µs)
     proc_util: dict[int, tuple[int, float]] = field(default_factory=dict)  # pid -> (µs, sm %)
     proc_util_at: float | None = None  # when (the backend's clock, s) the newest sample was first seen
+    mem_v2_answered: bool = False  # NVML's v2 memory call has answered for this device
 
 
 class Caller:
