@@ -337,9 +337,10 @@ def retry(ids: IDS, as_json: JSON = False) -> None:
         check_daemon_could_start(paths)  # a daemon that cannot start would never run them: nothing is queued
         jobs = store.requeue_all(ids)
     failure = wake(paths)
+    index = gpu_index(None, jobs) if as_json else {}  # a retried job keeps the GPUs it held last
     emit_then_fail(
         "queue retry",
-        {"jobs": [job_record(j, None if failure else {}) for j in jobs]},
+        {"jobs": [job_record(j, None if failure else {}, index) for j in jobs]},
         as_json,
         "\n".join(f"job {j.id}: queued" for j in jobs),
         failure,
@@ -501,6 +502,11 @@ def edit(
             check_daemon_could_start(paths)  # a daemon that cannot start would never run it: it is left as it was
             job = store.edit(job_id, changes)
     failure = wake(paths)
+    index = gpu_index(None, [job]) if as_json else {}  # only the JSON names GPUs
     emit_then_fail(
-        "queue edit", {"job": job_record(job, None if failure else {})}, as_json, f"job {job.id}: updated", failure
+        "queue edit",
+        {"job": job_record(job, None if failure else {}, index)},
+        as_json,
+        f"job {job.id}: updated",
+        failure,
     )

@@ -417,6 +417,31 @@ def test_every_command_names_the_gpus_of_ended_jobs_by_index_while_a_daemon_has_
     assert " #1 " in row
 
 
+def test_retry_and_edit_json_name_the_gpus_a_job_held_by_index_as_ls_does(queue: QueueBox) -> None:
+    """A retried job keeps the GPUs its last attempt held; `queue retry --json` and `queue edit
+    --json` named them by UUID where ls and show say 1."""
+    box = gpus(2)
+    work = start(queue, box)
+    job = add(queue, work, "--gpu", "1")
+    release(work, job)
+    assert queue("queue", "wait", str(job)).returncode == 0
+    holder = add(queue, work, "--gpu", "1")  # holds GPU 1: the retried job waits for it
+    running_on(queue, holder)
+
+    def data(*args: str) -> dict[str, Any]:
+        result = queue(*args, "--json")
+        assert result.returncode == 0 and "Traceback" not in result.stderr, result.stderr
+        doc: dict[str, Any] = json.loads(result.stdout)["data"]
+        return doc
+
+    (retried,) = data("queue", "retry", str(job))["jobs"]
+    edited = data("queue", "edit", str(job), "--priority", "5")["job"]
+    (listed_job,) = [j for j in data("queue", "ls")["jobs"] if j["id"] == job]
+    assert [retried["gpus"], edited["gpus"], listed_job["gpus"]] == [[1], [1], [1]]
+    release(work, holder)
+    assert queue("queue", "wait", str(job), str(holder)).returncode == 0
+
+
 # -- preemption ----------------------------------------------------------------------------
 
 
