@@ -257,6 +257,7 @@ def _print_data(request: ReportRequest, prices: Prices, as_json: bool) -> None:
 
 def _print_human(request: ReportRequest, prices: Prices, color: bool) -> None:
     from gpubox.cli.report_view import ReportView, chart_columns, chart_step, render
+    from gpubox.ledger.rollup import HOUR
     from gpubox.ledger.series import gpu_series, shortest_step
 
     out = console(color)
@@ -264,7 +265,9 @@ def _print_human(request: ReportRequest, prices: Prices, color: bool) -> None:
         grouped, by_gpu = _reports(store, request, prices)
         label_width = max((len(r.group) for r in by_gpu.rows), default=1)
         columns = chart_columns(out.width, label_width)
-        step = chart_step(request.since, request.until, columns, shortest_step(store, request.since, request.until))
+        step = chart_step(request.since, request.until, columns)
+        if step < HOUR:  # steps under an hour read minutes: where retention dropped them, hours it is
+            step = chart_step(request.since, request.until, columns, shortest_step(store, request.since, request.until))
         series = gpu_series(store, request.since, request.until, step)
     render(ReportView(grouped, by_gpu, series, step), out)
 

@@ -63,6 +63,32 @@ def test_a_window_older_than_the_minutes_kept_is_charted_by_the_hour(recorded: B
     assert "0 ▇▇" in lines and "1 ▅▁" in lines  # 75% busy both hours; half busy, then idle
 
 
+@pytest.mark.parametrize(("days", "asked"), [(365, False), (1, True)], ids=["a-year", "a-day"])
+def test_only_a_chart_that_could_take_steps_under_an_hour_looks_for_pruned_minutes(
+    recorded: Box, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], days: int, asked: bool
+) -> None:
+    # Whether retention dropped minutes is a query over every hour of the window and its minutes:
+    # a year's chart takes steps of hours or more anyway, and its report need not pay for it.
+    import gpubox.ledger.series as series
+    from gpubox.cli.report import ReportRequest, _print_human
+    from gpubox.ledger.report import Prices
+
+    calls: list[tuple[float, float]] = []
+    real = series.shortest_step
+
+    def counted(store: LedgerStore, since: float, until: float) -> int:
+        calls.append((since, until))
+        return real(store, since, until)
+
+    monkeypatch.setattr(series, "shortest_step", counted)
+    for key, value in recorded.env.items():
+        monkeypatch.setenv(key, value)
+    until = T0 + 2 * 3600
+    _print_human(ReportRequest(until - days * 86400, until, "gpu", None, until), Prices(), False)
+    assert "GPU-hours by gpu" in capsys.readouterr().out
+    assert bool(calls) is asked
+
+
 @pytest.mark.parametrize(
     ("by", "header", "row"),
     [("job", "job", "2"), ("kind", "kind", "infer"), ("tag", "tag", "team=speech"), ("user", "user", "bob")],
