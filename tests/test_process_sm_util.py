@@ -57,3 +57,19 @@ def test_a_fresh_sample_after_silence_counts_again() -> None:
 
 def nvml_not_found() -> Exception:
     return _Nvml.NVMLError_NotFound()
+
+
+def test_process_sm_use_is_held_briefly_then_reads_zero() -> None:
+    nvml = _Nvml([[(10, 1_000_000, 70)], nvml_not_found(), [(11, 2_500_000, 5)], [(11, 9_000_000, 6)]])
+    call = Caller(nvml)  # type: ignore[arg-type]
+    dev = Device("h", 0, "GPU-x", "x", None)
+    reasons: dict[str, str] = {}
+    assert read_process_util(call, dev, {10, 11}, reasons, now=0.0) == {10: 70.0, 11: 0.0}
+    # No new sample at all: the last ones stand.
+    assert read_process_util(call, dev, {10, 11}, reasons, now=0.0) == {10: 70.0, 11: 0.0}
+    # A newer sample for another pid, within the hold: 10 keeps its figure.
+    assert read_process_util(call, dev, {10, 11}, reasons, now=0.0) == {10: 70.0, 11: 5.0}
+    # Past the hold, 10 ran no kernel lately.
+    assert PROCESS_UTIL_HOLD_US < 9_000_000 - 1_000_000
+    assert read_process_util(call, dev, {10, 11}, reasons, now=0.0) == {10: 0.0, 11: 6.0}
+    assert reasons == {}

@@ -15,8 +15,6 @@ import pytest
 
 from gpubox.telemetry.host_procs import PidTable, in_child_pid_namespace
 from gpubox.telemetry.model import Reason
-from gpubox.telemetry.nvml_device import Caller, Device
-from gpubox.telemetry.nvml_rates import PROCESS_UTIL_HOLD_US, read_process_util
 from tests.fake_nvml import scenarios
 from tests.fake_nvml.build import fake_nvml_env
 from tests.helpers import run_gpubox
@@ -97,44 +95,6 @@ def test_a_gpu_that_cannot_be_opened_is_not_called_lost(tmp_path: Path) -> None:
     assert g1["lost"] is False and g1["reasons"]["gpu_busy"] == "not_supported"
     assert any("GPU 1 cannot be opened" in e for e in doc["data"]["errors"])
     assert doc["data"]["gpus"][0]["gpu_busy"] == box.gpus[0].gpu_util
-
-
-class _ProcUtilNvml:
-    """Just enough of pynvml for read_process_util: a queue of answers."""
-
-    class NVMLError(Exception):
-        pass
-
-    class NVMLError_NotFound(NVMLError):
-        pass
-
-    NVMLLibraryMismatchError = RuntimeError
-
-    def __init__(self) -> None:
-        self.answers: list[Any] = []
-
-    def nvmlDeviceGetProcessUtilization(self, handle: Any, since: int) -> Any:
-        answer = self.answers.pop(0)
-        if isinstance(answer, Exception):
-            raise answer
-        return [SimpleNamespace(pid=pid, timeStamp=ts, smUtil=util) for pid, ts, util in answer]
-
-
-def test_process_sm_use_is_held_briefly_then_reads_zero() -> None:
-    nvml = _ProcUtilNvml()
-    call = Caller(nvml)  # type: ignore[arg-type]
-    dev = Device("h", 0, "GPU-x", "x", None)
-    nvml.answers = [[(10, 1_000_000, 70)], nvml.NVMLError_NotFound(), [(11, 2_500_000, 5)], [(11, 9_000_000, 6)]]
-    reasons: dict[str, str] = {}
-    assert read_process_util(call, dev, {10, 11}, reasons, now=0.0) == {10: 70.0, 11: 0.0}
-    # No new sample at all: the last ones stand.
-    assert read_process_util(call, dev, {10, 11}, reasons, now=0.0) == {10: 70.0, 11: 0.0}
-    # A newer sample for another pid, within the hold: 10 keeps its figure.
-    assert read_process_util(call, dev, {10, 11}, reasons, now=0.0) == {10: 70.0, 11: 5.0}
-    # Past the hold, 10 ran no kernel lately.
-    assert PROCESS_UTIL_HOLD_US < 9_000_000 - 1_000_000
-    assert read_process_util(call, dev, {10, 11}, reasons, now=0.0) == {10: 0.0, 11: 6.0}
-    assert reasons == {}
 
 
 def test_container_pid_namespace_hides_host_pids(tmp_path: Path) -> None:
