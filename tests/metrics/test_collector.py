@@ -216,3 +216,18 @@ def test_a_scrape_restricted_by_name_has_those_metrics() -> None:
     found = names(text)
     assert found == set(wanted), text
     assert len(of(samples(text), "gpubox_gpu_busy_ratio")) == 2
+
+
+def test_a_figure_that_is_not_a_number_is_left_out() -> None:
+    """A NaN or infinite reading (GPM's doubles can be) is no figure: left out, as one the GPU lacks."""
+    odd = GpuSnapshot(
+        0, GPU_UUID, "NVIDIA H100", None, gpu_busy=float("nan"), sm_active=float("inf"), power_w=-float("inf")
+    )
+    proc = ProcessSnapshot(7, 0, GPU_UUID, "compute", gpu_mem_bytes=2**20, loader_wait=float("nan"))
+    ledger = {GPU_UUID: GpuSeconds(allocated_s=float("nan"), busy_s=5.0)}
+    found = samples(exposition_text(BoxCollector(ScriptedBackend([box([odd], [proc])]), ledger=lambda: ledger)))
+    assert {name for name, _ in found} == {
+        "gpubox_gpu_lost",
+        "gpubox_process_gpu_memory_bytes",
+        "gpubox_gpu_busy_seconds_total",
+    }
