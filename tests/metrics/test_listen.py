@@ -5,11 +5,15 @@ from __future__ import annotations
 import os
 import signal
 import socket
+import struct
 import threading
+import time
 import urllib.request
+from collections.abc import Callable
 
 import pytest
 
+from gpubox.metrics import server as server_module
 from gpubox.metrics.exposition import BoxCollector
 from gpubox.metrics.listen import ListenAddress, parse_listen
 from gpubox.metrics.server import ListenError, serve
@@ -105,3 +109,57 @@ def test_a_name_that_is_no_host_name_is_bad_input() -> None:
     with pytest.raises(ListenError) as caught:
         serve(collector(), ListenAddress("bad..name", free_port()))
     assert caught.value.bad_input and caught.value.message.startswith("cannot listen on bad..name:")
+
+
+def serve_while(port: int, client: Callable[[], None]) -> None:
+    """Serve a collector on `port` in this thread while `client` runs in another, then stop by SIGINT."""
+    failed: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            client()
+        except BaseException as exc:
+            failed.append(exc)
+        finally:
+            os.kill(os.getpid(), signal.SIGINT)
+
+    assert serve(collector(), ListenAddress("127.0.0.1", port), lambda: threading.Thread(target=run).start())
+    if failed:
+        raise failed[0]
+
+
+def test_a_client_that_sends_nothing_is_let_go_quietly(
+    monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr(server_module._ScrapeHandler, "timeout", 0.2)
+    port = free_port()
+
+    def idle_then_scrape() -> None:
+        with socket.create_connection(("127.0.0.1", port), timeout=60) as idle:
+            assert idle.recv(1) == b""  # the server hung up on it, rather than hold a thread for it forever
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=30) as response:
+            assert response.status == 200
+
+    serve_while(port, idle_then_scrape)
+    out, err = capfd.readouterr()
+    assert (out, err) == ("", "")
+
+
+def test_a_client_that_resets_its_connection_leaves_no_traceback(capfd: pytest.CaptureFixture[str]) -> None:
+    port = free_port()
+
+    def reset_mid_request() -> None:
+        before = threading.active_count()
+        with socket.create_connection(("127.0.0.1", port), timeout=30) as rude:
+            rude.sendall(b"GET /metr")
+            deadline = time.monotonic() + 30
+            while threading.active_count() == before and time.monotonic() < deadline:
+                time.sleep(0.01)  # until the server's thread for it reads
+            rude.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        while threading.active_count() > before and time.monotonic() < deadline:
+            time.sleep(0.01)  # until that thread has ended, having said whatever it says
+        assert threading.active_count() == before
+
+    serve_while(port, reset_mid_request)
+    out, err = capfd.readouterr()
+    assert (out, err) == ("", "")
