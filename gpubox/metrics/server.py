@@ -19,6 +19,7 @@ from gpubox.metrics.exposition import BoxCollector, registry_of
 from gpubox.metrics.listen import ListenAddress
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+METRICS_PATH = "/metrics"
 CLIENT_TIMEOUT_S = 30.0  # a client that sends no request, or reads no answer, for this long is let go
 
 
@@ -35,6 +36,19 @@ class _ScrapeServer(ThreadingMixIn, WSGIServer):
     def handle_error(self, request: Any, client_address: Any) -> None:
         if not isinstance(sys.exc_info()[1], OSError):  # a client that reset or timed out is its own business
             super().handle_error(request, client_address)
+
+
+def only_metrics_path(app: Any) -> Any:
+    """The WSGI app at /metrics alone: elsewhere (a typo in a scrape config, a browser at /) a 404,
+    rather than a scrape that also takes a snapshot and so shortens the next scrape's rates."""
+
+    def route(environ: dict[str, Any], start_response: Any) -> Any:
+        if environ.get("PATH_INFO") == METRICS_PATH:
+            return app(environ, start_response)
+        start_response("404 Not Found", [("Content-Type", "text/plain; charset=utf-8")])
+        return [f"gpubox: no such page; the metrics are at {METRICS_PATH}\n".encode()]
+
+    return route
 
 
 def _start_server(address: ListenAddress, app: Any) -> tuple[WSGIServer, threading.Thread]:
@@ -93,7 +107,7 @@ def serve(collector: BoxCollector, address: ListenAddress, ready: Callable[[], o
     Raises ListenError when the address cannot be listened on. Call from the main thread."""
     with stop_signals() as wait:
         try:
-            server, thread = _start_server(address, make_wsgi_app(registry_of(collector)))
+            server, thread = _start_server(address, only_metrics_path(make_wsgi_app(registry_of(collector))))
         except socket.gaierror as exc:
             raise ListenError(f"cannot listen on {address}: no such host ({exc.strerror})", bad_input=True) from None
         except ValueError as exc:  # a host name that cannot be encoded, or holds a NUL

@@ -8,6 +8,7 @@ import socket
 import struct
 import threading
 import time
+import urllib.error
 import urllib.request
 from collections.abc import Callable
 
@@ -18,7 +19,7 @@ from gpubox.metrics.exposition import BoxCollector
 from gpubox.metrics.listen import ListenAddress, parse_listen
 from gpubox.metrics.server import ListenError, serve
 from gpubox.telemetry.simulated import SimulatedBackend
-from tests.metrics.support import free_port, samples
+from tests.metrics.support import RecordingBackend, free_port, samples
 
 
 @pytest.mark.parametrize(
@@ -163,3 +164,30 @@ def test_a_client_that_resets_its_connection_leaves_no_traceback(capfd: pytest.C
     serve_while(port, reset_mid_request)
     out, err = capfd.readouterr()
     assert (out, err) == ("", "")
+
+
+def test_only_metrics_is_served_and_other_paths_take_no_snapshot() -> None:
+    backend = RecordingBackend(SimulatedBackend(gpus=1, processes=1))
+    port = free_port()
+    answers: dict[str, int] = {}
+
+    def get(path: str) -> None:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=30) as response:
+                answers[path] = response.status
+        except urllib.error.HTTPError as exc:
+            answers[path] = exc.code
+            assert exc.read().decode() == "gpubox: no such page; the metrics are at /metrics\n"
+
+    def scrape_then_interrupt() -> None:
+        for path in ("/", "/metric", "/metrics/", "/favicon.ico", "/metrics?x=1"):
+            get(path)
+        os.kill(os.getpid(), signal.SIGINT)
+
+    serve(
+        BoxCollector(backend),
+        ListenAddress("127.0.0.1", port),
+        lambda: threading.Thread(target=scrape_then_interrupt).start(),
+    )
+    assert answers == {"/": 404, "/metric": 404, "/metrics/": 404, "/favicon.ico": 404, "/metrics?x=1": 200}
+    assert len(backend.snapshots) == 1  # the one scrape at /metrics
