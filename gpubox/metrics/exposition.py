@@ -16,7 +16,15 @@ from pathlib import Path
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.metrics_core import Metric
 
-from gpubox.metrics.families import gpu_families, ledger_families, process_families, queue_families, with_samples
+from gpubox.metrics.catalog import ALL_METRICS
+from gpubox.metrics.families import (
+    gpu_families,
+    ledger_families,
+    new_family,
+    process_families,
+    queue_families,
+    with_samples,
+)
 from gpubox.metrics.ledger_hook import LedgerTotals
 from gpubox.metrics.queue_depth import QueueUnreadable, read_queue_depth
 from gpubox.telemetry.backend import TelemetryBackend
@@ -36,6 +44,11 @@ class BoxCollector:
         self._lock = threading.Lock()
         self.errors: tuple[str, ...] = ()  # what the last scrape could not read
         self.on_new_error: Callable[[str], object] | None = None  # told of an error the scrape before did not have
+
+    def describe(self) -> Iterator[Metric]:
+        """Every family a scrape may have, without samples: the registry learns the names from it,
+        so that a scrape asking for some of them (`?name[]=`) reaches this collector."""
+        return (new_family(spec) for spec in ALL_METRICS)
 
     def warm_up(self) -> None:
         """Start the rates' window, so that the next scrape has rates."""

@@ -1,10 +1,11 @@
 """Metric families from one snapshot, the queue's depth and the ledger's totals.
 
-Every figure the source has becomes a sample; a figure it lacks (None) becomes none.
+Every figure the source has becomes a sample; a figure it lacks (None, or NaN) becomes none.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Mapping, Sequence
 
 from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, Metric
@@ -28,7 +29,8 @@ def _filled(spec: MetricSpec, rows: Rows) -> Family:
     assert spec.field is not None
     for labels, source in rows:
         value = getattr(source, spec.field)
-        if value is not None:
+        # NaN or infinity is no reading either: Prometheus would store it, and every sum over it breaks.
+        if value is not None and math.isfinite(value):
             # Rounded so that 95.4 % reads 0.954, not 0.9540000000000001; 12 places keep every real digit.
             family.add_metric(labels, float(value) if spec.scale == 1 else round(value / spec.scale, 12))
     return family

@@ -1,19 +1,67 @@
-"""Serving /metrics over HTTP with prometheus_client's server, in the foreground until SIGINT or SIGTERM."""
+"""Serving /metrics over HTTP with prometheus_client's WSGI app, in the foreground until SIGINT or SIGTERM."""
 
 from __future__ import annotations
 
 import select
 import signal
 import socket
+import sys
+import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from socketserver import ThreadingMixIn
+from typing import Any
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
-from prometheus_client import start_http_server
+from prometheus_client import make_wsgi_app
 
 from gpubox.metrics.exposition import BoxCollector, registry_of
 from gpubox.metrics.listen import ListenAddress
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+METRICS_PATH = "/metrics"
+CLIENT_TIMEOUT_S = 30.0  # a client that sends no request, or reads no answer, for this long is let go
+
+
+class _ScrapeHandler(WSGIRequestHandler):
+    timeout = CLIENT_TIMEOUT_S  # else a connection that never sends a request holds its thread for good
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass  # no line per scrape
+
+
+class _ScrapeServer(ThreadingMixIn, WSGIServer):
+    daemon_threads = True  # a scrape in progress does not hold up the stop
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        if not isinstance(sys.exc_info()[1], OSError):  # a client that reset or timed out is its own business
+            super().handle_error(request, client_address)
+
+
+def only_metrics_path(app: Any) -> Any:
+    """The WSGI app at /metrics alone: elsewhere (a typo in a scrape config, a browser at /) a 404,
+    rather than a scrape that also takes a snapshot and so shortens the next scrape's rates."""
+
+    def route(environ: dict[str, Any], start_response: Any) -> Any:
+        if environ.get("PATH_INFO") == METRICS_PATH:
+            return app(environ, start_response)
+        start_response("404 Not Found", [("Content-Type", "text/plain; charset=utf-8")])
+        return [f"gpubox: no such page; the metrics are at {METRICS_PATH}\n".encode()]
+
+    return route
+
+
+def _start_server(address: ListenAddress, app: Any) -> tuple[WSGIServer, threading.Thread]:
+    infos = socket.getaddrinfo(address.host, address.port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    family, _, _, _, sockaddr = infos[0]
+
+    class Server(_ScrapeServer):
+        address_family = family
+
+    server = make_server(str(sockaddr[0]), address.port, app, Server, _ScrapeHandler)
+    thread = threading.Thread(target=server.serve_forever, name="gpubox-metrics-http", daemon=True)
+    thread.start()
+    return server, thread
 
 
 class ListenError(Exception):
@@ -59,7 +107,7 @@ def serve(collector: BoxCollector, address: ListenAddress, ready: Callable[[], o
     Raises ListenError when the address cannot be listened on. Call from the main thread."""
     with stop_signals() as wait:
         try:
-            server, thread = start_http_server(address.port, address.host, registry_of(collector))
+            server, thread = _start_server(address, only_metrics_path(make_wsgi_app(registry_of(collector))))
         except socket.gaierror as exc:
             raise ListenError(f"cannot listen on {address}: no such host ({exc.strerror})", bad_input=True) from None
         except ValueError as exc:  # a host name that cannot be encoded, or holds a NUL

@@ -4,6 +4,7 @@ figure in the metric's unit, and a figure the snapshot lacks has no sample."""
 from __future__ import annotations
 
 import pytest
+from prometheus_client import generate_latest
 from prometheus_client.openmetrics.exposition import generate_latest as openmetrics_latest
 from prometheus_client.openmetrics.parser import text_string_to_metric_families as openmetrics_families
 
@@ -203,3 +204,30 @@ def test_openmetrics_exposition_parses_too() -> None:
     families = {f.name: f for f in openmetrics_families(text)}
     assert families["gpubox_gpu_allocated_seconds"].type == "counter"
     assert families["gpubox_gpu_pcie_rx_bytes_per_second"].type == "gauge"
+
+
+def test_a_scrape_restricted_by_name_has_those_metrics() -> None:
+    """Prometheus's `params: {name[]: [...]}` asks for some metrics only: they come, the rest do not."""
+    collector = BoxCollector(
+        SimulatedBackend(gpus=2, processes=2), ledger=lambda: {"GPU-x": GpuSeconds(allocated_s=1.0)}
+    )
+    wanted = ["gpubox_gpu_busy_ratio", "gpubox_gpu_energy_joules_total", "gpubox_gpu_allocated_seconds_total"]
+    text = generate_latest(registry_of(collector).restricted_registry(wanted)).decode()
+    found = names(text)
+    assert found == set(wanted), text
+    assert len(of(samples(text), "gpubox_gpu_busy_ratio")) == 2
+
+
+def test_a_figure_that_is_not_a_number_is_left_out() -> None:
+    """A NaN or infinite reading (GPM's doubles can be) is no figure: left out, as one the GPU lacks."""
+    odd = GpuSnapshot(
+        0, GPU_UUID, "NVIDIA H100", None, gpu_busy=float("nan"), sm_active=float("inf"), power_w=-float("inf")
+    )
+    proc = ProcessSnapshot(7, 0, GPU_UUID, "compute", gpu_mem_bytes=2**20, loader_wait=float("nan"))
+    ledger = {GPU_UUID: GpuSeconds(allocated_s=float("nan"), busy_s=5.0)}
+    found = samples(exposition_text(BoxCollector(ScriptedBackend([box([odd], [proc])]), ledger=lambda: ledger)))
+    assert {name for name, _ in found} == {
+        "gpubox_gpu_lost",
+        "gpubox_process_gpu_memory_bytes",
+        "gpubox_gpu_busy_seconds_total",
+    }
