@@ -247,7 +247,7 @@ complete -c gpubox -n "__gpubox_at 'gpubox doctor loader'" -l max-workers -x -d 
 complete -c gpubox -n "__gpubox_at 'gpubox doctor loader'" -l budget -x -d 'Time for the whole sweep (default: 20 --quick, 90 --full).'
 complete -c gpubox -n "__gpubox_at 'gpubox doctor loader'" -l no-color -d 'No colour, even on a terminal.'
 complete -c gpubox -n "__gpubox_at 'gpubox doctor loader'" -s h -l help -d 'Show this message and exit.'
-complete -c gpubox -n "__gpubox_at 'gpubox metrics'" -a serve -d 'Serve /metrics for Prometheus to scrape, in the foreground until SIGINT or SIGTERM'
+complete -c gpubox -n "__gpubox_at 'gpubox metrics'" -a serve -d 'Serve /metrics for Prometheus to scrape, in the foreground until SIGINT, SIGTERM or SIGHUP'
 complete -c gpubox -n "__gpubox_at 'gpubox metrics'" -a dump -d 'Print the metrics once in the Prometheus text format, as `serve` would answer a scrape'
 complete -c gpubox -n "__gpubox_at 'gpubox metrics'" -s h -l help -d 'Show this message and exit.'
 complete -c gpubox -n "__gpubox_at 'gpubox metrics serve'" -s l -l listen -x -d 'Where to serve /metrics (:PORT: every IPv4 interface).'

@@ -37,7 +37,7 @@ def serve(
     ] = DEFAULT_LISTEN,
     demo: DEMO = False,
 ) -> int:
-    """Serve /metrics for Prometheus to scrape, in the foreground until SIGINT or SIGTERM.
+    """Serve /metrics for Prometheus to scrape, in the foreground until SIGINT, SIGTERM or SIGHUP.
 
     Every scrape reads the GPUs, their processes and the queue's database afresh; rates cover
     the time since the previous scrape. Per GPU (labels gpu, uuid, name): gpubox_gpu_busy_ratio,

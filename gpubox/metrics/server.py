@@ -1,4 +1,4 @@
-"""Serving /metrics over HTTP with prometheus_client's WSGI app, in the foreground until SIGINT or SIGTERM."""
+"""Serving /metrics over HTTP with prometheus_client's WSGI app, in the foreground until SIGINT, SIGTERM or SIGHUP."""
 
 from __future__ import annotations
 
@@ -18,7 +18,8 @@ from prometheus_client import make_wsgi_app
 from gpubox.metrics.exposition import BoxCollector, registry_of
 from gpubox.metrics.listen import ListenAddress
 
-STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+# SIGHUP too (a closed terminal, a reload): a clean stop, as `gpubox daemon` takes it.
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 METRICS_PATH = "/metrics"
 CLIENT_TIMEOUT_S = 30.0  # a client that sends no request, or reads no answer, for this long is let go
 
@@ -103,7 +104,7 @@ def stop_signals() -> Iterator[Callable[[], int]]:
 
 
 def serve(collector: BoxCollector, address: ListenAddress, ready: Callable[[], object] = lambda: None) -> int:
-    """Serve the collector's scrapes on `address` until SIGINT or SIGTERM; return that signal.
+    """Serve the collector's scrapes on `address` until SIGINT, SIGTERM or SIGHUP; return that signal.
     Raises ListenError when the address cannot be listened on. Call from the main thread."""
     with stop_signals() as wait:
         try:

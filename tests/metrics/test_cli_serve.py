@@ -1,5 +1,5 @@
 """`gpubox metrics serve`: a real server in a subprocess, scraped over HTTP with urllib, its answer
-parsed with prometheus_client's parser; stopped by SIGTERM or SIGINT with exit 0."""
+parsed with prometheus_client's parser; stopped by SIGTERM, SIGINT or SIGHUP with exit 0."""
 
 from __future__ import annotations
 
@@ -33,7 +33,7 @@ def scrape(url: str) -> tuple[str, str]:
         return response.headers["Content-Type"], response.read().decode()
 
 
-@pytest.mark.parametrize("stop", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+@pytest.mark.parametrize("stop", [signal.SIGTERM, signal.SIGINT, signal.SIGHUP], ids=["SIGTERM", "SIGINT", "SIGHUP"])
 def test_serve_scraped_twice_then_stopped_by_a_signal(stop: signal.Signals) -> None:
     port = free_port()
     with server("--demo", "--listen", f"127.0.0.1:{port}") as proc:
