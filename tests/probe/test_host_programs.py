@@ -1,0 +1,41 @@
+"""Programs that do unusual things at start-up or with imports run with the probe exactly as
+they run without it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tests.probe.support import python_cmd, requires_torch, run, write_program
+
+# An import hook that asks the other finders for the module, as the hooks of tracers, profilers
+# and type checkers do; it passes over itself alone.
+DELEGATING_FINDER = """
+class Delegating:
+    def find_spec(self, name, path, target=None):
+        if name != "torch.utils.data.dataloader":
+            return None
+        for finder in sys.meta_path:
+            if finder is not self and hasattr(finder, "find_spec"):
+                spec = finder.find_spec(name, path, target)
+                if spec is not None:
+                    return spec
+        return None
+
+sys.meta_path.insert(0, Delegating())
+"""
+
+
+@requires_torch
+def test_an_import_hook_that_asks_the_other_finders(tmp_path: Path, runtime: Path) -> None:
+    program = write_program(
+        tmp_path,
+        DELEGATING_FINDER
+        + "from torch.utils.data import DataLoader\n"
+        + "print([int(b) for b in DataLoader(sleepy(3, 0.0))])\n"
+        + "from torch.utils.data.dataloader import _BaseDataLoaderIter\n"
+        + "print(hasattr(_BaseDataLoaderIter.__next__, '__wrapped__'), file=sys.stderr)\n",
+    )
+    plain = run(python_cmd(program))
+    probed = run(python_cmd(program, via_run=True))
+    assert (plain.returncode, plain.stdout, plain.stderr) == (0, "[0, 1, 2]\n", "False\n"), plain.stderr
+    assert (probed.returncode, probed.stdout, probed.stderr) == (0, "[0, 1, 2]\n", "True\n"), probed.stderr[-2000:]
