@@ -55,7 +55,7 @@ def patch(module: ModuleType) -> None:
 
 def timed(original: Callable[[Any], Any]) -> Callable[[Any], Any]:
     """`original`, publishing how long each call blocked; its result and exceptions unchanged."""
-    from gpubox.probe import recorder
+    from . import recorder
 
     recorder.prepare()
     begin, end = recorder.begin, recorder.end
@@ -85,7 +85,7 @@ def timed(original: Callable[[Any], Any]) -> Callable[[Any], Any]:
 
 
 def _switch_off(exc: BaseException) -> None:
-    from gpubox.probe import disable
+    from . import disable
 
     disable(exc)
 

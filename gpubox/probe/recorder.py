@@ -18,8 +18,8 @@ import threading
 from contextlib import suppress
 from time import monotonic_ns
 
-from gpubox.paths import ensure_private_dir, resolve_paths
-from gpubox.probe.layout import (
+from ..paths import ensure_private_dir, resolve_paths
+from .layout import (
     BUCKET_NS,
     BUCKETS,
     FILE_SIZE,

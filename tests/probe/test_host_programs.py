@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from gpubox.probe import layout
 from tests.probe.support import python_cmd, requires_torch, run, write_program
 
 # An import hook that asks the other finders for the module, as the hooks of tracers, profilers
@@ -39,3 +40,38 @@ def test_an_import_hook_that_asks_the_other_finders(tmp_path: Path, runtime: Pat
     probed = run(python_cmd(program, via_run=True))
     assert (plain.returncode, plain.stdout, plain.stderr) == (0, "[0, 1, 2]\n", "False\n"), plain.stderr
     assert (probed.returncode, probed.stdout, probed.stderr) == (0, "[0, 1, 2]\n", "True\n"), probed.stderr[-2000:]
+
+
+# Printed by a program after its loop: the batches in its own probe file, read without gpubox.
+OWN_BATCHES = f"""
+probes = os.path.join(os.environ["GPUBOX_RUNTIME_DIR"], "probe")
+mine = [n for n in os.listdir(probes) if n.startswith(f"{{os.getpid()}}-")]
+with open(os.path.join(probes, mine[0]), "rb") as fh:
+    print("batches", int.from_bytes(fh.read()[8 * {layout.S_BATCHES} : 8 * {layout.S_BATCHES + 1}], "little"))
+"""
+
+
+@requires_torch
+def test_a_programs_own_module_named_gpubox_stays_its_own(tmp_path: Path, runtime: Path) -> None:
+    (tmp_path / "gpubox.py").write_text("NAME = 'mine'\n")
+    program = write_program(
+        tmp_path,
+        "import gpubox\nprint(gpubox.NAME)\n"
+        + "from torch.utils.data import DataLoader\nprint(len(list(DataLoader(sleepy(3, 0.0)))))\n"
+        + OWN_BATCHES,
+    )
+    probed = run(python_cmd(program, via_run=True))
+    assert (probed.returncode, probed.stdout, probed.stderr) == (0, "mine\n3\nbatches 3\n", "")
+
+
+@requires_torch
+def test_the_one_line_install_under_gpubox_run_counts_each_batch_once(tmp_path: Path, runtime: Path) -> None:
+    # The program's gpubox (installed where it runs) and the one gpubox run brings: two copies.
+    program = write_program(
+        tmp_path,
+        "import gpubox.probe; gpubox.probe.install()\n"
+        + "from torch.utils.data import DataLoader\nprint(len(list(DataLoader(sleepy(4, 0.0)))))\n"
+        + OWN_BATCHES,
+    )
+    probed = run(python_cmd(program, via_run=True))
+    assert (probed.returncode, probed.stdout, probed.stderr[-2000:]) == (0, "4\nbatches 4\n", "")

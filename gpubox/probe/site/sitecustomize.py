@@ -1,8 +1,9 @@
 """Put first on PYTHONPATH by `gpubox run`: attach gpubox's dataloader probe to this Python,
 then run the sitecustomize that this one shadows, if there is one.
 
-Only the gpubox package is made importable (loaded from the package this file belongs to);
-the rest of gpubox's environment stays out of the program's sys.path.
+The gpubox package this file belongs to is loaded under a private name: the program imports
+what it would import without the probe, its own module named gpubox or none; and the rest of
+gpubox's environment stays out of the program's sys.path.
 """
 
 from __future__ import annotations
@@ -10,26 +11,27 @@ from __future__ import annotations
 import os
 import sys
 
+PACKAGE = "_gpubox_probe"  # what gpubox is called in the program's sys.modules
+
 
 def _attach_probe(package_dir: str) -> None:
     try:
-        if "gpubox" not in sys.modules:
-            import importlib.util
+        import importlib
+        import importlib.util
 
+        if PACKAGE not in sys.modules:
             init = os.path.join(package_dir, "__init__.py")
-            spec = importlib.util.spec_from_file_location("gpubox", init, submodule_search_locations=[package_dir])
+            spec = importlib.util.spec_from_file_location(PACKAGE, init, submodule_search_locations=[package_dir])
             if spec is None or spec.loader is None:
                 raise ImportError(f"no gpubox package in {package_dir}")
             module = importlib.util.module_from_spec(spec)
-            sys.modules["gpubox"] = module
+            sys.modules[PACKAGE] = module
             try:
                 spec.loader.exec_module(module)
             except BaseException:
-                del sys.modules["gpubox"]
+                del sys.modules[PACKAGE]
                 raise
-        import gpubox.probe
-
-        gpubox.probe.install()
+        importlib.import_module(PACKAGE + ".probe").install()
     except Exception as exc:
         sys.stderr.write(f"gpubox probe: disabled: {type(exc).__name__}: {exc}\n")
 
