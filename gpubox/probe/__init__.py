@@ -8,8 +8,10 @@ programs, so it imports no torch of its own (it hooks in when torch's DataLoader
 nothing where torch is never used, and on any internal error says so once on stderr and turns
 itself off.
 
-Its modules import one another relatively: `gpubox run` loads this package under a name of its
-own, so that a program's own module named gpubox (or another version of it) stays the program's.
+Its modules, and gpubox.paths which they use, run on Python 3.8 and newer: the environments
+jobs run in are often older than gpubox's own. They import one another relatively: `gpubox run`
+loads this package under a name of its own, so that a program's own module named gpubox (or
+another version of it) stays the program's.
 """
 
 from __future__ import annotations

@@ -139,7 +139,7 @@ def _sweep(directory: str) -> None:
     with suppress(OSError), os.scandir(directory) as entries:
         for entry in entries:
             pid, _, rest = entry.name.partition("-")
-            ticks = rest.removesuffix(".probe")
+            ticks = rest[: -len(".probe")]  # not removesuffix: the probe runs in jobs' Pythons from 3.8 on
             if not (pid.isdigit() and ticks.isdigit() and rest.endswith(".probe")):
                 continue
             try:
