@@ -75,3 +75,57 @@ def test_the_one_line_install_under_gpubox_run_counts_each_batch_once(tmp_path: 
     )
     probed = run(python_cmd(program, via_run=True))
     assert (probed.returncode, probed.stdout, probed.stderr[-2000:]) == (0, "4\nbatches 4\n", "")
+
+
+# After a first loop (which makes the probe file), the program closes every descriptor above
+# stderr, as a daemon does at start; then its workers' pipes get numbers the probe's mapping had.
+CLOSES_EVERY_DESCRIPTOR = """
+from torch.utils.data import DataLoader
+
+if __name__ == "__main__":
+    print(sum(int(b) for b in DataLoader(sleepy(8, 0.0))), flush=True)
+    os.closerange(3, 4096)
+    loader = DataLoader(sleepy(8, 0.0), num_workers=2, multiprocessing_context="fork", timeout=30)
+    print(sum(int(b) for b in loader), flush=True)
+"""
+
+
+@requires_torch
+def test_a_program_that_closes_every_descriptor_it_did_not_open(tmp_path: Path, runtime: Path) -> None:
+    program = write_program(tmp_path, CLOSES_EVERY_DESCRIPTOR)
+    plain = run(python_cmd(program))
+    probed = run(python_cmd(program, via_run=True))
+    assert (plain.returncode, plain.stdout, plain.stderr) == (0, "28\n28\n", ""), plain.stderr[-2000:]
+    assert (probed.returncode, probed.stdout, probed.stderr) == (0, "28\n28\n", ""), probed.stderr[-2000:]
+
+
+# Files opened after closing every descriptor, written by an exit handler registered before
+# torch (so it runs after the probe's own).
+WRITES_AT_EXIT = """
+import atexit
+
+files = []
+
+@atexit.register
+def finish():
+    for fh in files:
+        fh.write("written at exit\\n")
+        fh.close()
+
+from torch.utils.data import DataLoader
+
+print(len(list(DataLoader(sleepy(3, 0.0)))))
+os.closerange(3, 4096)
+files.extend(open(os.path.join(sys.argv[1], str(i)), "w") for i in range(8))
+"""
+
+
+@requires_torch
+def test_files_reopened_after_closing_every_descriptor_stay_the_programs(tmp_path: Path, runtime: Path) -> None:
+    program = write_program(tmp_path, WRITES_AT_EXIT)
+    for name in ("plain", "probed"):
+        out = tmp_path / name
+        out.mkdir()
+        result = run(python_cmd(program, str(out), via_run=name == "probed"))
+        assert (result.returncode, result.stdout, result.stderr) == (0, "3\n", ""), result.stderr[-2000:]
+        assert [(out / str(i)).read_text() for i in range(8)] == ["written at exit\n"] * 8
