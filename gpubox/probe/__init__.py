@@ -7,6 +7,11 @@ or, with no change to the program, `gpubox run python train.py`. It runs inside 
 programs, so it imports no torch of its own (it hooks in when torch's DataLoader loads), does
 nothing where torch is never used, and on any internal error says so once on stderr and turns
 itself off.
+
+Its modules, and gpubox.paths which they use, run on Python 3.8 and newer: the environments
+jobs run in are often older than gpubox's own. They import one another relatively: `gpubox run`
+loads this package under a name of its own, so that a program's own module named gpubox (or
+another version of it) stays the program's.
 """
 
 from __future__ import annotations
@@ -24,7 +29,7 @@ def install() -> None:
         return
     _installed = True
     try:
-        from gpubox.probe import hook
+        from . import hook
 
         hook.attach()
     except Exception as exc:
@@ -46,8 +51,8 @@ def disable(reason: BaseException | str) -> None:
             sys.stderr.write(f"gpubox probe: disabled: {' '.join(reason.split())}\n")
             sys.stderr.flush()
 
-    for name, off in (("gpubox.probe.hook", "detach"), ("gpubox.probe.recorder", "close")):
-        module = sys.modules.get(name)
+    for name, off in (("hook", "detach"), ("recorder", "close")):
+        module = sys.modules.get(f"{__name__}.{name}")
         if module is not None:
             with suppress(Exception):
                 getattr(module, off)()

@@ -55,7 +55,7 @@ def patch(module: ModuleType) -> None:
 
 def timed(original: Callable[[Any], Any]) -> Callable[[Any], Any]:
     """`original`, publishing how long each call blocked; its result and exceptions unchanged."""
-    from gpubox.probe import recorder
+    from . import recorder
 
     recorder.prepare()
     begin, end = recorder.begin, recorder.end
@@ -85,7 +85,7 @@ def timed(original: Callable[[Any], Any]) -> Callable[[Any], Any]:
 
 
 def _switch_off(exc: BaseException) -> None:
-    from gpubox.probe import disable
+    from . import disable
 
     disable(exc)
 
@@ -93,21 +93,30 @@ def _switch_off(exc: BaseException) -> None:
 class _DataLoaderFinder:
     """A sys.meta_path entry that hands torch's dataloader module to a patching loader."""
 
+    def __init__(self) -> None:
+        self._searching = False
+
     def find_spec(
         self, fullname: str, path: Sequence[str] | None, target: ModuleType | None = None
     ) -> ModuleSpec | None:
-        if fullname != TARGET:
+        # Asked again while it asks the others: by another finder that asks the others too (an
+        # import hook of the program's, another copy of the probe), which would recurse forever.
+        if fullname != TARGET or self._searching:
             return None
-        for finder in sys.meta_path:
-            find = getattr(finder, "find_spec", None)
-            if finder is self or find is None:
-                continue
-            spec = find(fullname, path, target)
-            if spec is not None:
-                if spec.loader is not None and hasattr(spec.loader, "exec_module"):
-                    spec.loader = _PatchingLoader(spec.loader, self)
-                return spec  # type: ignore[no-any-return]
-        return None
+        self._searching = True
+        try:
+            for finder in sys.meta_path:
+                find = getattr(finder, "find_spec", None)
+                if finder is self or find is None:
+                    continue
+                spec = find(fullname, path, target)
+                if spec is not None:
+                    if spec.loader is not None and hasattr(spec.loader, "exec_module"):
+                        spec.loader = _PatchingLoader(spec.loader, self)
+                    return spec  # type: ignore[no-any-return]
+            return None
+        finally:
+            self._searching = False
 
 
 class _PatchingLoader:

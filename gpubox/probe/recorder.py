@@ -18,8 +18,8 @@ import threading
 from contextlib import suppress
 from time import monotonic_ns
 
-from gpubox.paths import ensure_private_dir, resolve_paths
-from gpubox.probe.layout import (
+from ..paths import ensure_private_dir, resolve_paths
+from .layout import (
     BUCKET_NS,
     BUCKETS,
     FILE_SIZE,
@@ -42,7 +42,7 @@ from gpubox.probe.layout import (
 )
 
 _words: memoryview | None = None  # the file as uint64 words, once created
-_views: tuple[mmap.mmap, memoryview] | None = None
+_bytes: memoryview | None = None  # the same mapping, as bytes
 _path: str | None = None
 _owner = 0  # the pid that created _path: only it removes the file
 _inflight = 0  # waits in progress, across threads and nested loaders
@@ -139,7 +139,7 @@ def _sweep(directory: str) -> None:
     with suppress(OSError), os.scandir(directory) as entries:
         for entry in entries:
             pid, _, rest = entry.name.partition("-")
-            ticks = rest.removesuffix(".probe")
+            ticks = rest[: -len(".probe")]  # not removesuffix: the probe runs in jobs' Pythons from 3.8 on
             if not (pid.isdigit() and ticks.isdigit() and rest.endswith(".probe")):
                 continue
             try:
@@ -160,7 +160,7 @@ def start_ticks(pid: int | str = "self") -> int:
 
 
 def _create() -> None:
-    global _words, _views, _path, _owner
+    global _words, _bytes, _path, _owner
     if sys.byteorder != "little":
         raise OSError("the probe file is little-endian and this machine is not")
     pid = os.getpid()
@@ -182,7 +182,7 @@ def _create() -> None:
     fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
     try:
         os.write(fd, image)
-        mapped = mmap.mmap(fd, FILE_SIZE, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+        view = _map_shared(fd)
         os.rename(tmp, path)
     except BaseException:
         with suppress(OSError):
@@ -190,22 +190,39 @@ def _create() -> None:
         raise
     finally:
         os.close(fd)
-    view = memoryview(mapped)
-    _views, _words = (mapped, view), view.cast("Q")
+    _bytes, _words = view, view.cast("Q")
     _path, _owner = str(path), pid
 
 
+def _map_shared(fd: int) -> memoryview:
+    """The file's bytes, mapped shared, keeping no file descriptor. Python's mmap keeps a copy of
+    the descriptor and closes it when unmapped; a program that closed every descriptor it did not
+    open (as daemons and launchers do) may have that number in use again by then, and gpubox
+    would close the program's own file, or in a forked DataLoader worker a pipe it needs.
+    Never unmapped: 512 bytes, gone at exit or exec, and a thread still writing is harmless."""
+    import ctypes  # loaded already wherever a DataLoader runs: torch imports it
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    map_file = libc.mmap  # this CDLL's own function object: setting its types touches no one else's
+    map_file.restype = ctypes.c_void_p
+    map_file.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long)
+    address = map_file(None, FILE_SIZE, mmap.PROT_READ | mmap.PROT_WRITE, mmap.MAP_SHARED, fd, 0)
+    if address is None or address == ctypes.c_void_p(-1).value:
+        code = ctypes.get_errno()
+        raise OSError(code, f"mmap: {os.strerror(code)}")
+    return memoryview((ctypes.c_char * FILE_SIZE).from_address(address)).cast("B")
+
+
 def _drop_mapping() -> None:
-    global _words, _views, _inflight
-    words, views = _words, _views
-    _words = _views = None
+    global _words, _bytes, _inflight
+    words, view = _words, _bytes
+    _words = _bytes = None
     _inflight = 0
     with suppress(BufferError, ValueError):  # a view still held: it goes when collected
         if words is not None:
             words.release()
-        if views is not None:
-            views[1].release()
-            views[0].close()
+        if view is not None:
+            view.release()
 
 
 def close() -> None:

@@ -83,7 +83,7 @@ def test_gpubox_run_says_when_there_is_no_command_to_run() -> None:
 SHOW = """
 import json, os, sys
 print(json.dumps({
-    "probe": "gpubox.probe" in sys.modules,
+    "probe": "_gpubox_probe.probe.hook" in sys.modules,
     "sitecustomize": getattr(sys.modules.get("sitecustomize"), "__file__", None),
     "user_ran": getattr(sys.modules.get("sitecustomize"), "RAN", False),
 }))
@@ -111,23 +111,20 @@ def test_a_failing_user_sitecustomize_is_reported_as_python_reports_it(tmp_path:
     assert (probed.returncode, probed.stdout, probed.stderr) == (plain.returncode, plain.stdout, plain.stderr)
 
 
-def test_gpubox_run_makes_only_gpubox_importable(tmp_path: Path, runtime: Path) -> None:
+def test_gpubox_run_makes_nothing_importable(tmp_path: Path, runtime: Path) -> None:
     bare = _bare_python(tmp_path)
     program = """
 import importlib.util, json, sys
-import gpubox
 print(json.dumps({
-    "gpubox": gpubox.__file__,
-    "probe": "gpubox.probe" in sys.modules,
+    "probe": "_gpubox_probe.probe.hook" in sys.modules,
+    "gpubox": importlib.util.find_spec("gpubox") is not None,
     "typer": importlib.util.find_spec("typer") is not None,
     "torch": importlib.util.find_spec("torch") is not None,
 }))
 """
     result = run([*GPUBOX_RUN, bare, "-c", program], cwd=tmp_path)
     assert result.returncode == 0 and result.stderr == "", result.stderr
-    import gpubox
-
-    assert json.loads(result.stdout) == {"gpubox": gpubox.__file__, "probe": True, "typer": False, "torch": False}
+    assert json.loads(result.stdout) == {"probe": True, "gpubox": False, "typer": False, "torch": False}
 
 
 def test_a_program_without_torch_runs_unchanged(tmp_path: Path, runtime: Path) -> None:
