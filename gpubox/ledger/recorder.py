@@ -81,6 +81,8 @@ class Recorder:
         self._rollup = Rollup()
         self._flushed_at = clock()
         self._waits_at: float | None = None
+        # The latest sample recorded, here or by an earlier recorder: waits up to it are counted.
+        self._waits_until = max((m.taken_at for m in self._marks.values()), default=None)
 
     def record(
         self, snapshot: BoxSnapshot, allocations: Iterable[Allocation], waiting: Mapping[int, str] | None = None
@@ -121,7 +123,11 @@ class Recorder:
 
     def _record_waits(self, taken_at: float, waiting: Mapping[int, str], free: Iterable[str]) -> None:
         """The queued jobs and why they wait, and the GPUs free meanwhile, as this sample found them,
-        for the time since the previous one (none across a gap)."""
+        for the time since the previous one (none across a gap). A sample not newer than the latest
+        one is skipped, as for the GPUs: after the clock was set back, that time was counted already."""
+        if self._waits_until is not None and taken_at <= self._waits_until:
+            return
+        self._waits_until = taken_at
         before, self._waits_at = self._waits_at, taken_at
         if before is None or not before < taken_at <= before + self.max_gap_s:
             return

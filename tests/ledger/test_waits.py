@@ -113,3 +113,39 @@ def test_a_gpu_freed_after_the_waiting_ended_is_no_finding(tmp_path: Path) -> No
         [free] = store.rows("SELECT free_ms FROM wait_free")
     assert free == (10_000,)  # the handover, recorded as it was
     assert report.unallocated_hours == ()
+
+
+def _waited_s(store: LedgerStore) -> tuple[float, float]:
+    [(job_ms, free_ms)] = store.rows(
+        "SELECT (SELECT SUM(job_ms) FROM wait_reasons), (SELECT SUM(free_ms) FROM wait_free)"
+    )
+    return job_ms / 1000, free_ms / 1000
+
+
+def _record_waits(recorder: Recorder, clock: Clock, start: int, end: int) -> None:
+    for t in range(start, end + 1, 5):
+        clock.now = t
+        recorder.record(snap(t, [gpu("GPU-0", 0, gpu_busy=0.0)]), [], {7: NEEDS})
+
+
+def test_waits_are_not_counted_twice_when_the_clock_is_set_back(tmp_path: Path) -> None:
+    with open_store(tmp_path) as store:
+        clock = Clock()
+        recorder = Recorder(store, interval_s=5, clock=clock)
+        _record_waits(recorder, clock, T0, T0 + 600)
+        _record_waits(recorder, clock, T0 + 300, T0 + 900)  # set back 5 minutes, then on
+        recorder.close()
+        assert _waited_s(store) == (900.0, 900.0)  # as the GPU's own minutes: T0 .. T0 + 900, once
+
+
+def test_waits_are_not_counted_twice_across_a_restart_with_the_clock_set_back(tmp_path: Path) -> None:
+    with open_store(tmp_path) as store:
+        clock = Clock()
+        first = Recorder(store, interval_s=5, clock=clock)
+        _record_waits(first, clock, T0, T0 + 600)
+        first.close()
+        second = Recorder(store, interval_s=5, clock=clock)
+        _record_waits(second, clock, T0 + 300, T0 + 900)
+        second.close()
+        # T0 .. T0 + 600, then from the first sample after T0 + 600 on (a new recorder starts there)
+        assert _waited_s(store) == (895.0, 895.0)
