@@ -70,11 +70,14 @@ class LedgerSampler:
         backend = self._backend()
         if backend is None:
             return
+        store = None
         try:
             store = LedgerStore(self.ledger_db)
             recorder = Recorder(store, self.interval_s, flush_every_s=flush_every(self.interval_s))
         except (LedgerError, sqlite3.Error) as exc:
             self.log(f"GPU use is not recorded: {exc}")
+            if store is not None:
+                store.close()
             backend.close()
             return
         self.recording = True
@@ -120,9 +123,12 @@ class LedgerSampler:
         while not self._stop.is_set():
             try:
                 return self.open_backend()
-            except BackendUnavailable as exc:
+            except Exception as exc:  # any failure to open: one line, and another try later
+                # Not only BackendUnavailable: anything else would end this thread with a traceback in
+                # the daemon's log, and GPU use would go unrecorded until the daemon restarts.
                 if not told:
-                    self.log(f"GPU use is not recorded until NVML answers: {exc}")
+                    why = exc if isinstance(exc, BackendUnavailable) else f"{type(exc).__name__}: {exc}"
+                    self.log(f"GPU use is not recorded until NVML answers: {why}")
                     told = True
             self._stop.wait(RETRY_BACKEND_S)
         return None

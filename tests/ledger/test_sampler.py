@@ -96,3 +96,36 @@ def test_a_failure_that_repeats_every_sample_is_logged_once(tmp_path: Path) -> N
     assert [line for line in logs if "the driver is gone" in line] == [
         "recording GPU use: RuntimeError: the driver is gone (said again in an hour if it goes on)"
     ]
+
+
+def test_a_backend_that_fails_to_open_in_an_unexpected_way_is_tried_again(tmp_path: Path, monkeypatch: Any) -> None:
+    # Not only "no driver": any error opening NVML is one line in the log and another try later,
+    # never the end of the recording thread (GPU use unrecorded until the daemon restarts).
+    import gpubox.ledger.sampler as sampler_module
+
+    monkeypatch.setattr(sampler_module, "RETRY_BACKEND_S", 0.01)
+    box = Box()
+    tries = {"n": 0}
+
+    def open_backend() -> Box:
+        tries["n"] += 1
+        if tries["n"] <= 3:
+            raise RuntimeError("NVML said something odd")
+        return box
+
+    logs: list[str] = []
+    sampler = LedgerSampler(
+        tmp_path / "ledger.db",
+        interval_s=0.01,
+        retention_days=400,
+        minute_retention_days=35,
+        open_backend=open_backend,
+        allocations=lambda: [job(1, "GPU-0")],
+        waiting=dict,
+        log=logs.append,
+    )
+    sampler.start()
+    assert box.sampled.wait(10), "the sampler never sampled"
+    sampler.stop()
+    assert tries["n"] == 4
+    assert logs == ["GPU use is not recorded until NVML answers: RuntimeError: NVML said something odd"]
