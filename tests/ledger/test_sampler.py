@@ -40,14 +40,14 @@ class Box:
         self.closed = True
 
 
-def run(tmp_path: Path, box: Box, allocations: Any) -> tuple[list[str], LedgerStore]:
+def run(tmp_path: Path, box: Box, allocations: Any, open_backend: Any = None) -> tuple[list[str], LedgerStore]:
     logs: list[str] = []
     sampler = LedgerSampler(
         tmp_path / "ledger.db",
         interval_s=0.01,
         retention_days=400,
         minute_retention_days=35,
-        open_backend=lambda: box,
+        open_backend=open_backend or (lambda: box),
         allocations=allocations,
         waiting=dict,
         log=logs.append,
@@ -113,19 +113,7 @@ def test_a_backend_that_fails_to_open_in_an_unexpected_way_is_tried_again(tmp_pa
             raise RuntimeError("NVML said something odd")
         return box
 
-    logs: list[str] = []
-    sampler = LedgerSampler(
-        tmp_path / "ledger.db",
-        interval_s=0.01,
-        retention_days=400,
-        minute_retention_days=35,
-        open_backend=open_backend,
-        allocations=lambda: [job(1, "GPU-0")],
-        waiting=dict,
-        log=logs.append,
-    )
-    sampler.start()
-    assert box.sampled.wait(10), "the sampler never sampled"
-    sampler.stop()
+    logs, store = run(tmp_path, box, lambda: [job(1, "GPU-0")], open_backend)
+    store.close()
     assert tries["n"] == 4
     assert logs == ["GPU use is not recorded until NVML answers: RuntimeError: NVML said something odd"]
