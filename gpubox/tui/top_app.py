@@ -12,6 +12,7 @@ from textual.app import App, ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Horizontal
 from textual.screen import ModalScreen
+from textual.widget import Widget
 from textual.widgets import DataTable, Footer, Input
 
 from gpubox.exit_codes import ExitCode
@@ -43,7 +44,9 @@ class TopApp(App[int]):
         Binding("space,p", "pause", "Pause", key_display="p"),
         Binding("s", "sort_next", "Sort"),
         Binding("S", "sort_reverse", "Reverse"),
-        Binding("slash", "filter", "Filter", key_display="/"),
+        # priority: handled as it is read, so the keys typed right after it go to the box (a plain
+        # binding acts only once the key has passed the table, and the table gets what follows)
+        Binding("slash", "filter", "Filter", key_display="/", priority=True),
         Binding("enter,d", "detail", "Detail", key_display="⏎"),
         Binding("k", "kill", "Kill"),
         Binding("plus,equals_sign", "faster", "Faster", key_display="+"),
@@ -164,6 +167,8 @@ class TopApp(App[int]):
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         screen = self.screen
+        if action == "filter" and isinstance(self.focused, Input):
+            return False  # a "/" typed in the box is part of the filter (a path in a command)
         if isinstance(screen, ModalScreen):
             return action in {"quit", "escape"}
         if isinstance(screen, DetailScreen):
@@ -203,7 +208,7 @@ class TopApp(App[int]):
     def action_filter(self) -> None:
         box = self._filter
         box.add_class("shown")
-        box.focus()
+        _focus_now(box)
 
     def on_input_changed(self, event: Input.Changed) -> None:
         if event.input.id == "filter":
@@ -214,14 +219,14 @@ class TopApp(App[int]):
         if event.input.id == "filter":
             if not event.value.strip():
                 event.input.remove_class("shown")
-            self.table.focus()
+            _focus_now(self.table)
 
     def action_escape(self) -> None:
         box = self._filter
         if box.has_class("shown"):
             box.value = ""  # Input.Changed clears the table's filter
             box.remove_class("shown")
-            self.table.focus()
+            _focus_now(self.table)
 
     def action_help(self) -> None:
         if not isinstance(self.screen, HelpScreen):
@@ -285,6 +290,13 @@ def _signal_name(sig: int) -> str:
         return signal.Signals(sig).name
     except ValueError:
         return f"signal {sig}"
+
+
+def _focus_now(widget: Widget) -> None:
+    """Move the focus before the next key is handled. Widget.focus() defers the move, so keys
+    already read (typed fast, or over a slow link) went to the old widget: "/bob" sorted the
+    table instead of filtering it."""
+    widget.screen.set_focus(widget)
 
 
 def run_live(

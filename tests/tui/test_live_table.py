@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from textual import events
+
 from gpubox import format as fmt
 from gpubox.tui.process_table import ProcessTable, row_key
 from gpubox.tui.top_app import TopApp
@@ -115,6 +117,24 @@ async def test_typing_in_the_filter_does_not_trigger_keys() -> None:
         assert app.is_running
         assert app.query_one("#filter").value == "qsk p"  # type: ignore[attr-defined]
         assert app.poller.paused  # space went into the box, it did not resume sampling
+
+
+async def test_keys_read_in_one_go_after_slash_go_to_the_box() -> None:
+    # Over a slow link, or typed fast, "/" and the filter arrive in one read: the keys after "/"
+    # must not reach the table (s sorted it) nor vanish.
+    app = TopApp(sim(2, 12), interval=0.05)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot, app, 1)
+        typed = "user:a/lice"  # a "/" inside the box is text, a path in a command
+        for key, char in [("slash", "/"), *((_key_name(c), c) for c in typed)]:
+            app.post_message(events.Key(key, char))
+        await wait_until(pilot, lambda: app.query_one("#filter").value == typed, "the text in the box")  # type: ignore[attr-defined]
+        assert app.focused is app.query_one("#filter")
+        assert app.table.sort_column == "gpu"
+
+
+def _key_name(char: str) -> str:
+    return {":": "colon", "/": "slash"}.get(char, char)
 
 
 async def test_rows_are_updated_in_place() -> None:
