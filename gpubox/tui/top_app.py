@@ -22,6 +22,7 @@ from gpubox.telemetry.sources import parse_gpu_selection
 from gpubox.tui.daemon_threads import DaemonThreadExecutor
 from gpubox.tui.detail import DetailScreen, GpuDetail, ProcessDetail
 from gpubox.tui.dialogs import HelpScreen, KillDialog
+from gpubox.tui.filter_box import FilterBox
 from gpubox.tui.gpu_panel import GpuGrid, GpuPanel
 from gpubox.tui.history import BoxHistory
 from gpubox.tui.poller import STALE_AFTER, Poller, SampleLanded, SignalSent, faster, slower
@@ -88,7 +89,7 @@ class TopApp(App[int]):
         self._host = Line(id="host")
         self._pace = Line(id="pace", fits_text=True)
         self._status = Line(id="status")
-        self._filter = Input(placeholder="filter: user:alice gpu:1 words…", id="filter")
+        self._filter = FilterBox(self._leave_filter, placeholder="filter: user:alice gpu:1 words…", id="filter")
 
     def compose(self) -> ComposeResult:
         with Horizontal(id="topbar"):
@@ -215,18 +216,18 @@ class TopApp(App[int]):
             self.table.set_filter(ProcessFilter.parse(event.value))
             self._show_status()
 
-    def on_input_submitted(self, event: Input.Submitted) -> None:
-        if event.input.id == "filter":
-            if not event.value.strip():
-                event.input.remove_class("shown")
-            _focus_now(self.table)
+    def _leave_filter(self, clear: bool) -> None:
+        """Enter keeps the filter (an empty one closes the box), Escape clears and closes it."""
+        box = self._filter
+        if clear:
+            box.value = ""  # Input.Changed clears the table's filter
+        if not box.value.strip():
+            box.remove_class("shown")
+        _focus_now(self.table)
 
     def action_escape(self) -> None:
-        box = self._filter
-        if box.has_class("shown"):
-            box.value = ""  # Input.Changed clears the table's filter
-            box.remove_class("shown")
-            _focus_now(self.table)
+        if self._filter.has_class("shown"):
+            self._leave_filter(clear=True)
 
     def action_help(self) -> None:
         if not isinstance(self.screen, HelpScreen):
