@@ -145,6 +145,8 @@ def wake_daemon(paths: Paths, started: bool = False, waits: str = WAITS_FOR_DAEM
     lock yet: it is not started twice. `waits`: what waits for a daemon when none can start."""
     if poke(socket_path(paths)):
         return "woken"
+    if started and not daemon_starting(paths) and lock_holder(paths) is None:
+        started = False  # the one started early has ended already (its log says why): once more
     if not started:
         if lock_holder(paths) is not None:
             return "starting"  # it holds the lock but does not listen yet

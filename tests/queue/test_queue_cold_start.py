@@ -5,6 +5,7 @@ starts its ledger sampler only after its first pass, so the first job does not w
 from __future__ import annotations
 
 import errno
+import fcntl
 import os
 import sqlite3
 import subprocess
@@ -36,15 +37,21 @@ def starts(queue: QueueBox, monkeypatch: pytest.MonkeyPatch) -> Iterator[list[in
     """Each daemon start this process asks for, as the number of jobs stored at that moment; no
     daemon really starts."""
     seen: list[int] = []
+    alive: list[int] = []  # held like a launched daemon holds it: "one is on its way"
 
     def start(paths: Paths, env: Any = None) -> int:
         with sqlite3.connect(db_path(paths)) as db:
             seen.append(db.execute("SELECT count(*) FROM jobs").fetchone()[0])
+        if not alive:
+            alive.append(os.open(paths.state_dir / client.STARTING_NAME, os.O_RDWR | os.O_CREAT, 0o600))
+            fcntl.flock(alive[0], fcntl.LOCK_EX)
         return 0
 
     monkeypatch.setattr(client, "start_daemon", start)
     monkeypatch.setattr(client, "poke", lambda path: False)  # nobody listens, nor will
     yield seen
+    for fd in alive:
+        os.close(fd)
 
 
 def test_a_cold_add_starts_the_daemon_once_before_the_jobs_are_stored(starts: list[int], queue: QueueBox) -> None:
@@ -102,8 +109,14 @@ def test_a_client_that_started_the_daemon_does_not_start_another(
     monkeypatch.setattr(client, "start_daemon", lambda paths, env=None: started.append(paths) or 0)
     monkeypatch.setattr(client, "poke", lambda path: False)
     paths = resolve_paths()
-    assert client.wake_daemon(paths, started=True) == "started" and started == []
-    assert client.wake_daemon(paths) == "started" and len(started) == 1
+    paths.state_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+    on_its_way = os.open(paths.state_dir / client.STARTING_NAME, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(on_its_way, fcntl.LOCK_EX)  # as a launched daemon holds it, until it ends
+        assert client.wake_daemon(paths, started=True) == "started" and started == []
+        assert client.wake_daemon(paths) == "started" and len(started) == 1
+    finally:
+        os.close(on_its_way)
 
 
 def test_a_daemon_that_cannot_start_is_one_line_after_the_ids_of_the_stored_jobs(
@@ -142,6 +155,24 @@ def test_a_daemon_that_fails_to_start_early_is_started_after_the_jobs_are_stored
     monkeypatch.setattr(client, "start_daemon", once)
     add_jobs(["true"], AddOptions(gpus=0), None, False)
     assert failed == [1] and starts == [1]
+
+
+def test_a_daemon_that_ends_before_it_listens_is_started_again_once_the_jobs_are_stored(
+    queue: QueueBox, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Started early, the daemon can end before it listens (its log says why): the jobs would
+    wait for the next command that starts one."""
+    seen: list[int] = []
+
+    def ends_at_once(paths: Paths, env: Any = None) -> int:
+        with sqlite3.connect(db_path(paths)) as db:
+            seen.append(db.execute("SELECT count(*) FROM jobs").fetchone()[0])
+        return 0  # and holds nothing: it has ended
+
+    monkeypatch.setattr(client, "start_daemon", ends_at_once)
+    monkeypatch.setattr(client, "poke", lambda path: False)
+    add_jobs(["true"], AddOptions(gpus=0), None, False)
+    assert seen == [0, 1]
 
 
 @pytest.mark.parametrize(
