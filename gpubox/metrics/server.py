@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import errno
+import os
 import select
 import signal
 import socket
@@ -52,17 +54,49 @@ def only_metrics_path(app: Any) -> Any:
     return route
 
 
-def _start_server(address: ListenAddress, app: Any) -> tuple[WSGIServer, threading.Thread]:
+def _start_servers(address: ListenAddress, app: Any) -> list[tuple[WSGIServer, threading.Thread]]:
+    """A server on every address the host names ("localhost" is often ::1 and 127.0.0.1: on the
+    first alone, a scrape of the other was refused). One the box does not have is skipped while
+    another is served; anything else, a port in use above all, fails the whole."""
     infos = socket.getaddrinfo(address.host, address.port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
-    family, _, _, _, sockaddr = infos[0]
+    servers: list[tuple[WSGIServer, threading.Thread]] = []
+    missing: OSError | None = None
+    try:
+        for family, sockaddr in dict.fromkeys((family, sockaddr[:2]) for family, _, _, _, sockaddr in infos):
+            try:
+                servers.append(_start_server(family, str(sockaddr[0]), address.port, app))
+            except OSError as exc:
+                if exc.errno != errno.EADDRNOTAVAIL:
+                    raise
+                missing = missing or exc
+        if not servers:
+            raise missing or OSError(errno.EADDRNOTAVAIL, os.strerror(errno.EADDRNOTAVAIL))
+    except BaseException:
+        _stop_servers(servers)
+        raise
+    return servers
 
+
+def _start_server(family: int, host: str, port: int, app: Any) -> tuple[WSGIServer, threading.Thread]:
     class Server(_ScrapeServer):
         address_family = family
 
-    server = make_server(str(sockaddr[0]), address.port, app, Server, _ScrapeHandler)
+        def server_bind(self) -> None:
+            if family == socket.AF_INET6:  # its own family only, beside an IPv4 server on the port
+                self.socket.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+            super().server_bind()
+
+    server = make_server(host, port, app, Server, _ScrapeHandler)
     thread = threading.Thread(target=server.serve_forever, name="gpubox-metrics-http", daemon=True)
     thread.start()
     return server, thread
+
+
+def _stop_servers(servers: list[tuple[WSGIServer, threading.Thread]]) -> None:
+    for server, thread in servers:
+        server.shutdown()
+        server.server_close()
+        thread.join()
 
 
 class ListenError(Exception):
@@ -108,7 +142,7 @@ def serve(collector: BoxCollector, address: ListenAddress, ready: Callable[[], o
     Raises ListenError when the address cannot be listened on. Call from the main thread."""
     with stop_signals() as wait:
         try:
-            server, thread = _start_server(address, only_metrics_path(make_wsgi_app(registry_of(collector))))
+            servers = _start_servers(address, only_metrics_path(make_wsgi_app(registry_of(collector))))
         except socket.gaierror as exc:
             raise ListenError(f"cannot listen on {address}: no such host ({exc.strerror})", bad_input=True) from None
         except ValueError as exc:  # a host name that cannot be encoded, or holds a NUL
@@ -119,6 +153,4 @@ def serve(collector: BoxCollector, address: ListenAddress, ready: Callable[[], o
             ready()
             return wait()
         finally:
-            server.shutdown()
-            server.server_close()
-            thread.join()
+            _stop_servers(servers)

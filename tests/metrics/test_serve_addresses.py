@@ -1,0 +1,124 @@
+"""Which addresses `metrics serve` listens on when its host name has several (localhost is often
+::1 and 127.0.0.1): every one, in-process, with the name's addresses given by a fake resolver."""
+
+from __future__ import annotations
+
+import errno
+import os
+import signal
+import socket
+import urllib.request
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from gpubox.metrics import server
+from gpubox.metrics.exposition import BoxCollector
+from gpubox.metrics.listen import ListenAddress
+from gpubox.telemetry.simulated import SimulatedBackend
+
+V4 = (socket.AF_INET, socket.SOCK_STREAM, 6, "", ("127.0.0.1", 0))
+V6 = (socket.AF_INET6, socket.SOCK_STREAM, 6, "", ("::1", 0, 0, 0))
+NOT_HERE = (socket.AF_INET, socket.SOCK_STREAM, 6, "", ("192.0.2.1", 0))  # TEST-NET-1: no box has it
+NAME = "gpubox-test-name"  # the name the fake resolver answers for
+
+
+def port_free_on_both() -> int:
+    for _ in range(50):
+        with socket.socket() as v4, socket.socket(socket.AF_INET6) as v6:
+            v4.bind(("127.0.0.1", 0))
+            port = int(v4.getsockname()[1])
+            try:
+                v6.bind(("::1", port))
+            except OSError:
+                continue
+            return port
+    raise AssertionError("no port free on both loopbacks")
+
+
+def assert_not_listening(family: int, host: str, port: int) -> None:
+    with socket.socket(family) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # past connections' TIME_WAIT, not a listener
+        s.bind((host, port))
+
+
+@pytest.fixture
+def resolves_to(monkeypatch: pytest.MonkeyPatch) -> Callable[..., None]:
+    try:
+        with socket.socket(socket.AF_INET6) as s:
+            s.bind(("::1", 0))
+    except OSError:
+        pytest.skip("no IPv6 loopback here")
+
+    real = socket.getaddrinfo
+
+    def give(*infos: tuple[Any, ...]) -> None:
+        def getaddrinfo(host: str, *args: Any, **kwargs: Any) -> list[tuple[Any, ...]]:
+            return list(infos) if host == NAME else real(host, *args, **kwargs)  # the scrapes resolve for real
+
+        monkeypatch.setattr(socket, "getaddrinfo", getaddrinfo)
+
+    return give
+
+
+def scrape_then_stop(port: int, hosts: list[str], seen: dict[str, object]) -> Callable[[], None]:
+    def ready() -> None:
+        for host in hosts:
+            url = f"http://{'[' + host + ']' if ':' in host else host}:{port}/metrics"
+            try:
+                with urllib.request.urlopen(url, timeout=30) as response:
+                    seen[host] = response.status
+            except OSError as exc:
+                seen[host] = exc
+        os.kill(os.getpid(), signal.SIGTERM)  # serve() waits for it through its own handler
+
+    return ready
+
+
+def test_a_name_with_two_addresses_is_served_on_both(resolves_to: Callable[..., None]) -> None:
+    resolves_to(V6, V4, V4)  # a name listed twice is one server
+    port = port_free_on_both()
+    seen: dict[str, object] = {}
+    stopped = server.serve(
+        BoxCollector(SimulatedBackend(gpus=1, processes=0)),
+        ListenAddress(NAME, port),
+        scrape_then_stop(port, ["::1", "127.0.0.1"], seen),
+    )
+    assert stopped == signal.SIGTERM
+    assert seen == {"::1": 200, "127.0.0.1": 200}
+    for host, family in (("127.0.0.1", socket.AF_INET), ("::1", socket.AF_INET6)):
+        assert_not_listening(family, host, port)
+
+
+def test_an_address_the_box_does_not_have_is_skipped_beside_one_it_has(resolves_to: Callable[..., None]) -> None:
+    resolves_to(NOT_HERE, V4)
+    port = port_free_on_both()
+    seen: dict[str, object] = {}
+    server.serve(
+        BoxCollector(SimulatedBackend(gpus=1, processes=0)),
+        ListenAddress(NAME, port),
+        scrape_then_stop(port, ["127.0.0.1"], seen),
+    )
+    assert seen == {"127.0.0.1": 200}
+
+
+def test_a_port_in_use_on_one_of_the_addresses_fails_the_whole(resolves_to: Callable[..., None]) -> None:
+    resolves_to(V6, V4)
+    port = port_free_on_both()
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", port))
+        taken.listen()
+        with pytest.raises(server.ListenError, match="in use") as failed:
+            stop = scrape_then_stop(port, [], {})  # should it serve after all
+            server.serve(BoxCollector(SimulatedBackend(gpus=1, processes=0)), ListenAddress(NAME, port), stop)
+    assert not failed.value.bad_input
+    assert_not_listening(socket.AF_INET6, "::1", port)  # the server already started there was closed
+
+
+def test_no_address_of_the_box_at_all_is_the_error_of_the_first(resolves_to: Callable[..., None]) -> None:
+    resolves_to(NOT_HERE)
+    with pytest.raises(server.ListenError) as failed:
+        stop = scrape_then_stop(9400, [], {})  # should it serve after all
+        server.serve(BoxCollector(SimulatedBackend(gpus=1, processes=0)), ListenAddress(NAME, 9400), stop)
+    assert os.strerror(errno.EADDRNOTAVAIL) in failed.value.message
