@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tests.queue.conftest import QueueBox, alive, wait_until
+from tests.queue.conftest import QueueBox, wait_until
 
 END_STATES = ("succeeded", "failed", "cancelled", "timeout", "lost")
 HANG = 60.0  # only a guard against a hang
@@ -325,19 +325,6 @@ def check_run(box: QueueBox, run: Run, show_all: bool = True) -> None:
     check_nothing_left(box, where)
 
 
-def _marked(box: QueueBox) -> dict[int, str]:
-    """Every process that carries this queue's state directory in its environment (the daemon,
-    its spawner, supervisors and jobs), with its name."""
-    marker = f"GPUBOX_STATE_DIR={box.state_dir}".encode()
-    found = {}
-    for name in os.listdir("/proc"):
-        if name.isdigit() and int(name) != os.getpid():
-            with suppress(OSError):
-                if marker in Path(f"/proc/{name}/environ").read_bytes().split(b"\0") and alive(int(name)):
-                    found[int(name)] = Path(f"/proc/{name}/comm").read_text().strip()
-    return found
-
-
 def check_nothing_left(box: QueueBox, where: str) -> None:
     """With every job ended, only the daemon and its spawner remain; once it stops, nothing."""
     keep = set(_procs(box, "daemon")) | set(_procs(box, "spawner"))
@@ -345,7 +332,7 @@ def check_nothing_left(box: QueueBox, where: str) -> None:
 
     def only_daemon() -> bool:
         left.clear()
-        left.update({p: n for p, n in _marked(box).items() if p not in keep})
+        left.update({p: n for p, n in box.processes().items() if p not in keep})
         return not left
 
     with suppress(AssertionError):
@@ -354,5 +341,5 @@ def check_nothing_left(box: QueueBox, where: str) -> None:
     stopped = box("daemon", "stop")
     assert stopped.returncode == 0, stopped.stderr
     with suppress(AssertionError):
-        wait_until(lambda: not _marked(box), 10, "the daemon and its spawner to exit")
-    assert not _marked(box), f"{where}: left after the daemon stopped: {_marked(box)}"
+        wait_until(lambda: not box.processes(), 10, "the daemon and its spawner to exit")
+    assert not box.processes(), f"{where}: left after the daemon stopped: {box.processes()}"

@@ -59,6 +59,17 @@ class QueueBox:
         assert result.returncode == 0, result.stderr
         return int(result.stdout.strip())
 
+    def processes(self) -> dict[int, str]:
+        """pid -> name of each live process of this queue (its daemon, spawner, supervisors and
+        jobs all carry its state directory); never another queue's, whose jobs have the same ids."""
+        found = {}
+        for pid in _marked(self.state_dir):
+            with suppress(OSError):
+                name = Path(f"/proc/{pid}/comm").read_text().strip()
+                if alive(pid):
+                    found[pid] = name
+        return found
+
     def rows(self, sql: str = "SELECT * FROM jobs ORDER BY id") -> list[tuple[Any, ...]]:
         """Rows straight from the database (read-only), to assert what is stored."""
         if not self.db.exists():

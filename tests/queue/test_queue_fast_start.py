@@ -198,18 +198,6 @@ def test_nothing_is_left_queued_or_running_in_the_database_after_a_stream(paths:
         db.close()
 
 
-def _named(name: str) -> list[int]:
-    found = []
-    for pid in os.listdir("/proc"):
-        if pid.isdigit():
-            try:
-                if Path(f"/proc/{pid}/comm").read_text().strip() == name:
-                    found.append(int(pid))
-            except OSError:
-                pass
-    return found
-
-
 def test_a_prepared_job_does_not_run_when_the_daemon_is_killed_and_runs_once_later(
     queue: QueueBox, tmp_path: Path
 ) -> None:
@@ -221,11 +209,12 @@ def test_a_prepared_job_does_not_run_when_the_daemon_is_killed_and_runs_once_lat
     # A spare prepares the second job while the first runs: it opens its logs.
     logs = queue.state_dir / "logs"
     wait_until(lambda: (logs / f"{second}.1.out").exists(), HANG, "the second job to be prepared")
+    assert f"gpubox-job{second}" in queue.processes().values()  # seen, so its end below is too
     daemon.kill()  # SIGKILL: no go, no discard
     daemon.wait(timeout=HANG)
     (tmp_path / "go").touch()
     wait_until(lambda: (logs / f"{first}.1.exit").exists(), HANG, "the first job's exit record")
-    wait_until(lambda: not _named(f"gpubox-job{second}"), HANG, "the prepared spare to exit")
+    wait_until(lambda: f"gpubox-job{second}" not in queue.processes().values(), HANG, "the prepared spare to exit")
     assert ran.read_text().split() == ["first"]  # its start was never recorded: it never ran
     assert queue.job(second)["state"] == "queued"
 

@@ -87,16 +87,9 @@ def test_a_job_whose_start_the_daemon_died_in_runs_once(
         wait_until(lambda: not proctree.is_alive(row["pid"], row["pid_start"]), HANG, "its supervisor to end")
         assert (queue.state_dir / "logs" / f"{job}.1.exit").exists()
     else:
-        wait_until(lambda: not [p for p in proctree.descendants(1) if _named(p, f"gpubox-job{job}")], HANG, "no spare")
+        wait_until(lambda: f"gpubox-job{job}" not in queue.processes().values(), HANG, "no spare")
         assert "job" not in lines(ran)
     waited = queue("queue", "wait", str(job), timeout=HANG)  # starts a daemon, which records or runs it
     assert waited.returncode == 0, waited.stderr
     assert lines(ran).count("job") == 1
     assert queue.rows(f"SELECT number, outcome FROM attempts WHERE job_id = {job}") == [(1, "succeeded")]
-
-
-def _named(pid: int, name: str) -> bool:
-    try:
-        return Path(f"/proc/{pid}/comm").read_text().strip() == name
-    except OSError:
-        return False
