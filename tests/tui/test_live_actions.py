@@ -6,6 +6,7 @@ import dataclasses
 import signal
 
 import pytest
+from textual import events
 
 from gpubox.telemetry.model import BoxSnapshot
 from gpubox.telemetry.simulated import SimulatedBackend
@@ -167,6 +168,27 @@ async def test_kill_from_a_process_detail() -> None:
         await wait_until(pilot, lambda: backend.signals != [], "the signal")
         assert backend.signals == [(screen.key[0], signal.SIGTERM)]
         await wait_until(pilot, lambda: "(exited)" in str(screen.query_one("#detail-title").render()), "exited")
+
+
+async def test_keys_read_with_enter_act_in_the_detail_it_opens() -> None:
+    # Typed fast or over a slow link, Enter and the keys after it arrive in one read. The detail
+    # must open before they act: "down" scrolls it rather than moving the table's cursor, and k
+    # asks about the process shown, not the next one, and opens over the detail, not under it.
+    backend = sim(2, 6)
+    app = TopApp(backend, interval=0.05)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot, app, 2)
+        target = app.table.process_at_cursor()
+        assert target is not None
+        for key in ["enter", "down", "k"]:
+            app.post_message(events.Key(key, None))
+        await wait_until(pilot, lambda: any(isinstance(s, KillDialog) for s in app.screen_stack), "the kill dialog")
+        await pilot.pause(0.2)  # anything still on its way
+        assert len(app.screen_stack) == 3
+        under, dialog = app.screen_stack[1:]
+        assert isinstance(dialog, KillDialog) and dialog.proc.key == target.key
+        assert isinstance(under, ProcessDetail) and under.key == target.key
+        assert app.table.process_at_cursor() == target
 
 
 async def test_question_mark_shows_the_keys() -> None:
