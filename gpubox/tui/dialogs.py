@@ -16,6 +16,17 @@ from gpubox import format as fmt
 from gpubox.telemetry.model import ProcessSnapshot
 
 
+class _Choice(Button):
+    """A dialog button whose Enter chooses as it is read. Button's Enter posts Pressed, which
+    reached the dialog only after the keys read with Enter had acted: "Enter, Esc" in one read
+    cancelled the signal just confirmed, and the late press then stopped the app with an error
+    (it closed the dialog a second time)."""
+
+    def action_press(self) -> None:
+        if isinstance(self.screen, KillDialog):
+            self.screen.action_send(self.id or "cancel")
+
+
 class KillDialog(ModalScreen[int | None]):
     """Dismissed with the signal to send (SIGTERM or SIGKILL), or None to leave the process be."""
 
@@ -37,9 +48,9 @@ class KillDialog(ModalScreen[int | None]):
             yield Static(Text(p.command or fmt.DASH, overflow="ellipsis"), classes="dialog-command")
             yield Static(Text("SIGTERM asks it to stop; SIGKILL ends it at once.", style="dim"))
             with Horizontal(classes="dialog-buttons"):
-                yield Button("SIGTERM (t)", id="term", variant="warning")
-                yield Button("SIGKILL (x)", id="kill", variant="error")
-                yield Button("Cancel (Esc)", id="cancel")
+                yield _Choice("SIGTERM (t)", id="term", variant="warning")
+                yield _Choice("SIGKILL (x)", id="kill", variant="error")
+                yield _Choice("Cancel (Esc)", id="cancel")
 
     def on_mount(self) -> None:
         self.query_one("#term", Button).focus()  # Enter confirms the gentle choice

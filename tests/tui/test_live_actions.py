@@ -72,6 +72,25 @@ class RefusingBackend(SimulatedBackend):
         raise PermissionError(f"pid {pid} belongs to another user")
 
 
+@pytest.mark.parametrize("after", ["escape", "n", "x"])
+async def test_keys_read_with_the_confirming_enter_act_after_it(after: str) -> None:
+    # Enter confirms, and a key read with it (Esc, typed to go back, n, x) comes after: it must not
+    # cancel or change the signal chosen, and the press must not close the dialog a second time
+    # (which stopped the app).
+    backend = sim(2, 6)
+    app = TopApp(backend, interval=0.05)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot, app, 2)
+        target = app.table.process_at_cursor()
+        assert target is not None
+        for key in ["k", "enter", after]:
+            app.post_message(events.Key(key, key if len(key) == 1 else None))
+        await wait_until(pilot, lambda: backend.signals != [], f"the signal, with {after} after Enter")
+        await pilot.pause(0.2)  # anything still on its way
+        assert backend.signals == [(target.pid, signal.SIGTERM)]
+        assert len(app.screen_stack) == 1
+
+
 async def test_a_refused_signal_is_a_notification_not_a_crash() -> None:
     app = TopApp(RefusingBackend(gpus=2, processes=6, clock=lambda: NOW), interval=0.05)
     notes: list[str] = []
