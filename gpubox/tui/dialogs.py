@@ -30,6 +30,10 @@ class _Choice(Button):
 class KillDialog(ModalScreen[int | None]):
     """Dismissed with the signal to send (SIGTERM or SIGKILL), or None to leave the process be."""
 
+    # Enter confirms the gentle choice. Focused as the dialog is built, and only if nothing is yet:
+    # a focus() in on_mount is deferred, and it took the focus back from a Tab read with "k".
+    AUTO_FOCUS = "#term"
+
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("escape,n", "dismiss(None)", "Cancel"),
         Binding("t", "send('term')", "SIGTERM"),
@@ -51,9 +55,6 @@ class KillDialog(ModalScreen[int | None]):
                 yield _Choice("SIGTERM (t)", id="term", variant="warning")
                 yield _Choice("SIGKILL (x)", id="kill", variant="error")
                 yield _Choice("Cancel (Esc)", id="cancel")
-
-    def on_mount(self) -> None:
-        self.query_one("#term", Button).focus()  # Enter confirms the gentle choice
 
     def on_button_pressed(self, event: Button.Pressed) -> None:
         self.action_send(event.button.id or "cancel")

@@ -171,7 +171,8 @@ class TopApp(App[int]):
         if action == "filter" and isinstance(self.focused, Input):
             return False  # a "/" typed in the box is part of the filter (a path in a command)
         if isinstance(screen, ModalScreen):
-            return action in {"quit", "escape"}
+            # Tab moves between the dialog's buttons: it is the screen's binding, run here
+            return action in {"quit", "escape", "focus_next", "focus_previous"}
         if isinstance(screen, DetailScreen):
             # a detail view hides the table; k there means its own process, and only that
             return action not in _MAIN_ONLY and (action != "kill" or isinstance(screen, ProcessDetail))

@@ -91,6 +91,27 @@ async def test_keys_read_with_the_confirming_enter_act_after_it(after: str) -> N
         assert len(app.screen_stack) == 1
 
 
+@pytest.mark.parametrize(("tabs", "sent"), [(["tab"], [signal.SIGKILL]), (["tab", "tab"], []), (["shift+tab"], [])])
+async def test_tab_chooses_in_the_kill_dialog(tabs: list[str], sent: list[int]) -> None:
+    # Tab moves between SIGTERM, SIGKILL and Cancel, and Enter presses the one chosen, even when
+    # the Tabs came in one read with "k" (the dialog's first focus must not take it back).
+    backend = sim(2, 6)
+    app = TopApp(backend, interval=0.05)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot, app, 2)
+        target = app.table.process_at_cursor()
+        assert target is not None
+        for key in ["k", *tabs]:
+            app.post_message(events.Key(key, None))
+        await wait_until(pilot, lambda: isinstance(app.screen, KillDialog), "the kill dialog")
+        await pilot.pause(0.2)  # anything still on its way
+        await pilot.press("enter")
+        await wait_until(pilot, lambda: len(backend.signals) >= len(sent), "the signal chosen")
+        await pilot.pause(0.2)  # a signal not chosen would be on its way
+        assert not isinstance(app.screen, KillDialog)
+        assert backend.signals == [(target.pid, sig) for sig in sent]
+
+
 async def test_a_refused_signal_is_a_notification_not_a_crash() -> None:
     app = TopApp(RefusingBackend(gpus=2, processes=6, clock=lambda: NOW), interval=0.05)
     notes: list[str] = []
