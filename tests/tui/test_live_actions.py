@@ -7,6 +7,7 @@ import signal
 
 import pytest
 from textual import events
+from textual.widgets import Input
 
 from gpubox.telemetry.model import BoxSnapshot
 from gpubox.telemetry.simulated import SimulatedBackend
@@ -110,6 +111,30 @@ async def test_tab_chooses_in_the_kill_dialog(tabs: list[str], sent: list[int]) 
         await pilot.pause(0.2)  # a signal not chosen would be on its way
         assert not isinstance(app.screen, KillDialog)
         assert backend.signals == [(target.pid, sig) for sig in sent]
+
+
+@pytest.mark.parametrize(("opened_by", "closed_by"), [("d", "escape"), ("question_mark", "escape"), ("k", "n")])
+async def test_keys_read_with_the_key_that_closes_a_screen_act_on_the_main_one(opened_by: str, closed_by: str) -> None:
+    # Esc, and "/user:kate" typed right after it (fast, or over a slow link): the keys were sent to
+    # the screen being closed, and reached the main one as bare keys. "/" was lost, s sorted, k
+    # opened the kill dialog and the t of "kate" sent SIGTERM. They must filter, as typed.
+    backend = sim(2, 6)
+    app = TopApp(backend, interval=0.05)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot, app, 2)
+        await pilot.press(opened_by)
+        assert len(app.screen_stack) == 2
+        typed = "user:kate"
+        for key in [closed_by, "slash", *typed]:
+            name = {"/": "slash", ":": "colon"}.get(key, key)
+            app.post_message(events.Key(name, {"slash": "/"}.get(key, key if len(key) == 1 else None)))
+        box = app.query_one("#filter", Input)
+        await wait_until(pilot, lambda: box.value == typed or len(app.screen_stack) > 1, "the text in the box")
+        await pilot.pause(0.2)  # anything still on its way
+        assert box.value == typed
+        assert len(app.screen_stack) == 1 and app.focused is box
+        assert app.table.sort_column == "gpu"
+        assert backend.signals == []
 
 
 async def test_a_refused_signal_is_a_notification_not_a_crash() -> None:
