@@ -16,8 +16,23 @@ from gpubox import format as fmt
 from gpubox.telemetry.model import ProcessSnapshot
 
 
+class _Choice(Button):
+    """A dialog button whose Enter chooses as it is read. Button's Enter posts Pressed, which
+    reached the dialog only after the keys read with Enter had acted: "Enter, Esc" in one read
+    cancelled the signal just confirmed, and the late press then stopped the app with an error
+    (it closed the dialog a second time)."""
+
+    def action_press(self) -> None:
+        if isinstance(self.screen, KillDialog):
+            self.screen.action_send(self.id or "cancel")
+
+
 class KillDialog(ModalScreen[int | None]):
     """Dismissed with the signal to send (SIGTERM or SIGKILL), or None to leave the process be."""
+
+    # Enter confirms the gentle choice. Focused as the dialog is built, and only if nothing is yet:
+    # a focus() in on_mount is deferred, and it took the focus back from a Tab read with "k".
+    AUTO_FOCUS = "#term"
 
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("escape,n", "dismiss(None)", "Cancel"),
@@ -37,12 +52,9 @@ class KillDialog(ModalScreen[int | None]):
             yield Static(Text(p.command or fmt.DASH, overflow="ellipsis"), classes="dialog-command")
             yield Static(Text("SIGTERM asks it to stop; SIGKILL ends it at once.", style="dim"))
             with Horizontal(classes="dialog-buttons"):
-                yield Button("SIGTERM (t)", id="term", variant="warning")
-                yield Button("SIGKILL (x)", id="kill", variant="error")
-                yield Button("Cancel (Esc)", id="cancel")
-
-    def on_mount(self) -> None:
-        self.query_one("#term", Button).focus()  # Enter confirms the gentle choice
+                yield _Choice("SIGTERM (t)", id="term", variant="warning")
+                yield _Choice("SIGKILL (x)", id="kill", variant="error")
+                yield _Choice("Cancel (Esc)", id="cancel")
 
     def on_button_pressed(self, event: Button.Pressed) -> None:
         self.action_send(event.button.id or "cancel")

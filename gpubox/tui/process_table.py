@@ -8,11 +8,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 from rich.cells import cell_len, set_cell_size
 from rich.console import JustifyMethod
 from rich.text import Text
+from textual.binding import Binding, BindingType
 from textual.coordinate import Coordinate
 from textual.events import Resize
 from textual.widgets import DataTable
@@ -97,6 +98,10 @@ class ProcessTable(TextRowsTable):
     ProcessFilter. `processes` maps each row key to the process it shows."""
 
     right_aligned = frozenset(n for n, c in enumerate(COLUMNS) if _JUSTIFY[c.key] == "right")
+    # Enter opens the detail at once, as d does. DataTable's Enter posts RowSelected, which is
+    # handled only after the keys read with it: "Enter, down, k" moved the cursor, opened a kill
+    # dialog for the next process, and then the detail of that one on top of the dialog.
+    BINDINGS: ClassVar[list[BindingType]] = [Binding("enter", "app.detail", "Detail", show=False)]
 
     def __init__(self, id: str | None = None, loader_threshold: float = DEFAULT_LOADER_THRESHOLD) -> None:
         super().__init__(id=id)

@@ -7,11 +7,13 @@ import os
 import signal
 import sys
 from typing import ClassVar
+from weakref import WeakKeyDictionary
 
+from textual import events
 from textual.app import App, ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Horizontal
-from textual.screen import ModalScreen
+from textual.screen import ModalScreen, Screen
 from textual.widget import Widget
 from textual.widgets import DataTable, Footer, Input
 
@@ -82,6 +84,7 @@ class TopApp(App[int]):
         self.usage_error: str | None = None
         self._selection: frozenset[str] | None = None
         self._noticed: set[str] = set()  # notices already shown: each is said once
+        self._read_under: WeakKeyDictionary[events.Key, Screen[object]] = WeakKeyDictionary()
 
         # The main screen's widgets, kept: a sample may land while a dialog or detail is on top.
         self.grid = GpuGrid(id="gpus")
@@ -110,6 +113,22 @@ class TopApp(App[int]):
         self.table.focus()
         self.set_interval(PACE_TICK, self._show_pace, name="pace")
         self.poller.poll_now()
+
+    # keys
+
+    async def on_event(self, event: events.Event) -> None:
+        if isinstance(event, events.Key) and not event.is_forwarded:
+            self._read_under[event] = self.screen  # Textual sends it to this screen's focused widget
+        await super().on_event(event)
+
+    async def _on_key(self, event: events.Key) -> None:
+        """A key comes back here, up from the widget it was sent to, for the bindings. Keys read
+        with one that closed a screen (Esc, n, t) were sent to that screen, and came back to the
+        main one as bare keys: "/" was lost, and "/user:kate" sorted on s, opened the kill dialog
+        on k and sent SIGTERM on its t. Such a key is handled as if read now, in the order typed."""
+        if self._read_under.pop(event, self.screen) is not self.screen:
+            self.post_message(events.Key(event.key, event.character))
+            event.prevent_default()  # App._on_key must not run its bindings as well
 
     # sampling
 
@@ -171,7 +190,8 @@ class TopApp(App[int]):
         if action == "filter" and isinstance(self.focused, Input):
             return False  # a "/" typed in the box is part of the filter (a path in a command)
         if isinstance(screen, ModalScreen):
-            return action in {"quit", "escape"}
+            # Tab moves between the dialog's buttons: it is the screen's binding, run here
+            return action in {"quit", "escape", "focus_next", "focus_previous"}
         if isinstance(screen, DetailScreen):
             # a detail view hides the table; k there means its own process, and only that
             return action not in _MAIN_ONLY and (action != "kill" or isinstance(screen, ProcessDetail))

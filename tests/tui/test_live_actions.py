@@ -6,6 +6,8 @@ import dataclasses
 import signal
 
 import pytest
+from textual import events
+from textual.widgets import Input
 
 from gpubox.telemetry.model import BoxSnapshot
 from gpubox.telemetry.simulated import SimulatedBackend
@@ -69,6 +71,70 @@ async def test_kill_then_cancel_leaves_the_process() -> None:
 class RefusingBackend(SimulatedBackend):
     def send_signal(self, pid: int, sig: int, start_time: float | None) -> None:
         raise PermissionError(f"pid {pid} belongs to another user")
+
+
+@pytest.mark.parametrize("after", ["escape", "n", "x"])
+async def test_keys_read_with_the_confirming_enter_act_after_it(after: str) -> None:
+    # Enter confirms, and a key read with it (Esc, typed to go back, n, x) comes after: it must not
+    # cancel or change the signal chosen, and the press must not close the dialog a second time
+    # (which stopped the app).
+    backend = sim(2, 6)
+    app = TopApp(backend, interval=0.05)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot, app, 2)
+        target = app.table.process_at_cursor()
+        assert target is not None
+        for key in ["k", "enter", after]:
+            app.post_message(events.Key(key, key if len(key) == 1 else None))
+        await wait_until(pilot, lambda: backend.signals != [], f"the signal, with {after} after Enter")
+        await pilot.pause(0.2)  # anything still on its way
+        assert backend.signals == [(target.pid, signal.SIGTERM)]
+        assert len(app.screen_stack) == 1
+
+
+@pytest.mark.parametrize(("tabs", "sent"), [(["tab"], [signal.SIGKILL]), (["tab", "tab"], []), (["shift+tab"], [])])
+async def test_tab_chooses_in_the_kill_dialog(tabs: list[str], sent: list[int]) -> None:
+    # Tab moves between SIGTERM, SIGKILL and Cancel, and Enter presses the one chosen, even when
+    # the Tabs came in one read with "k" (the dialog's first focus must not take it back).
+    backend = sim(2, 6)
+    app = TopApp(backend, interval=0.05)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot, app, 2)
+        target = app.table.process_at_cursor()
+        assert target is not None
+        for key in ["k", *tabs]:
+            app.post_message(events.Key(key, None))
+        await wait_until(pilot, lambda: isinstance(app.screen, KillDialog), "the kill dialog")
+        await pilot.pause(0.2)  # anything still on its way
+        await pilot.press("enter")
+        await wait_until(pilot, lambda: len(backend.signals) >= len(sent), "the signal chosen")
+        await pilot.pause(0.2)  # a signal not chosen would be on its way
+        assert not isinstance(app.screen, KillDialog)
+        assert backend.signals == [(target.pid, sig) for sig in sent]
+
+
+@pytest.mark.parametrize(("opened_by", "closed_by"), [("d", "escape"), ("question_mark", "escape"), ("k", "n")])
+async def test_keys_read_with_the_key_that_closes_a_screen_act_on_the_main_one(opened_by: str, closed_by: str) -> None:
+    # Esc, and "/user:kate" typed right after it (fast, or over a slow link): the keys were sent to
+    # the screen being closed, and reached the main one as bare keys. "/" was lost, s sorted, k
+    # opened the kill dialog and the t of "kate" sent SIGTERM. They must filter, as typed.
+    backend = sim(2, 6)
+    app = TopApp(backend, interval=0.05)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot, app, 2)
+        await pilot.press(opened_by)
+        assert len(app.screen_stack) == 2
+        typed = "user:kate"
+        for key in [closed_by, "slash", *typed]:
+            name = {"/": "slash", ":": "colon"}.get(key, key)
+            app.post_message(events.Key(name, {"slash": "/"}.get(key, key if len(key) == 1 else None)))
+        box = app.query_one("#filter", Input)
+        await wait_until(pilot, lambda: box.value == typed or len(app.screen_stack) > 1, "the text in the box")
+        await pilot.pause(0.2)  # anything still on its way
+        assert box.value == typed
+        assert len(app.screen_stack) == 1 and app.focused is box
+        assert app.table.sort_column == "gpu"
+        assert backend.signals == []
 
 
 async def test_a_refused_signal_is_a_notification_not_a_crash() -> None:
@@ -167,6 +233,27 @@ async def test_kill_from_a_process_detail() -> None:
         await wait_until(pilot, lambda: backend.signals != [], "the signal")
         assert backend.signals == [(screen.key[0], signal.SIGTERM)]
         await wait_until(pilot, lambda: "(exited)" in str(screen.query_one("#detail-title").render()), "exited")
+
+
+async def test_keys_read_with_enter_act_in_the_detail_it_opens() -> None:
+    # Typed fast or over a slow link, Enter and the keys after it arrive in one read. The detail
+    # must open before they act: "down" scrolls it rather than moving the table's cursor, and k
+    # asks about the process shown, not the next one, and opens over the detail, not under it.
+    backend = sim(2, 6)
+    app = TopApp(backend, interval=0.05)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot, app, 2)
+        target = app.table.process_at_cursor()
+        assert target is not None
+        for key in ["enter", "down", "k"]:
+            app.post_message(events.Key(key, None))
+        await wait_until(pilot, lambda: any(isinstance(s, KillDialog) for s in app.screen_stack), "the kill dialog")
+        await pilot.pause(0.2)  # anything still on its way
+        assert len(app.screen_stack) == 3
+        under, dialog = app.screen_stack[1:]
+        assert isinstance(dialog, KillDialog) and dialog.proc.key == target.key
+        assert isinstance(under, ProcessDetail) and under.key == target.key
+        assert app.table.process_at_cursor() == target
 
 
 async def test_question_mark_shows_the_keys() -> None:
