@@ -7,6 +7,8 @@ import threading
 import time
 from collections.abc import Callable
 
+from textual import events
+from textual.app import App
 from textual.pilot import Pilot
 
 from gpubox.telemetry.model import BoxSnapshot, GpuSnapshot, Reason
@@ -19,6 +21,20 @@ WAIT = 20.0  # generous: these waits guard against hangs, they do not measure sp
 
 def sim(gpus: int = 2, processes: int = 6) -> SimulatedBackend:
     return SimulatedBackend(gpus=gpus, processes=processes, clock=lambda: NOW)
+
+
+_KEY_NAMES = {"/": "slash", ":": "colon", "?": "question_mark", " ": "space"}
+_KEY_CHARS = {name: char for char, name in _KEY_NAMES.items()}
+
+
+def keys_in_one_read(app: App[int], *keys: str) -> None:
+    """Queue keys as one read of the terminal brings them (typed fast, a slow link, a long
+    redraw): all are on their way before the first is handled. A key is a name ("enter", "tab")
+    or a character ("/", "a")."""
+    for key in keys:
+        name = _KEY_NAMES.get(key, key)
+        char = _KEY_CHARS.get(name, name if len(name) == 1 else None)
+        app.post_message(events.Key(name, char))
 
 
 async def wait_until(pilot: Pilot[int], condition: Callable[[], bool], what: str, timeout: float = WAIT) -> None:

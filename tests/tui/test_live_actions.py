@@ -6,7 +6,6 @@ import dataclasses
 import signal
 
 import pytest
-from textual import events
 from textual.widgets import Input
 
 from gpubox.telemetry.model import BoxSnapshot
@@ -16,7 +15,7 @@ from gpubox.tui.dialogs import HelpScreen, KillDialog
 from gpubox.tui.gpu_panel import GpuPanel
 from gpubox.tui.process_table import row_key
 from gpubox.tui.top_app import TopApp
-from tests.tui.conftest import NOW, LostGpuBackend, MigBackend, settle, sim, wait_until
+from tests.tui.conftest import NOW, LostGpuBackend, MigBackend, keys_in_one_read, settle, sim, wait_until
 
 SIZE = (120, 40)
 
@@ -84,8 +83,7 @@ async def test_keys_read_with_the_confirming_enter_act_after_it(after: str) -> N
         await settle(pilot, app, 2)
         target = app.table.process_at_cursor()
         assert target is not None
-        for key in ["k", "enter", after]:
-            app.post_message(events.Key(key, key if len(key) == 1 else None))
+        keys_in_one_read(app, "k", "enter", after)
         await wait_until(pilot, lambda: backend.signals != [], f"the signal, with {after} after Enter")
         await pilot.pause(0.2)  # anything still on its way
         assert backend.signals == [(target.pid, signal.SIGTERM)]
@@ -102,8 +100,7 @@ async def test_tab_chooses_in_the_kill_dialog(tabs: list[str], sent: list[int]) 
         await settle(pilot, app, 2)
         target = app.table.process_at_cursor()
         assert target is not None
-        for key in ["k", *tabs]:
-            app.post_message(events.Key(key, None))
+        keys_in_one_read(app, "k", *tabs)
         await wait_until(pilot, lambda: isinstance(app.screen, KillDialog), "the kill dialog")
         await pilot.pause(0.2)  # anything still on its way
         await pilot.press("enter")
@@ -125,9 +122,7 @@ async def test_keys_read_with_the_key_that_closes_a_screen_act_on_the_main_one(o
         await pilot.press(opened_by)
         assert len(app.screen_stack) == 2
         typed = "user:kate"
-        for key in [closed_by, "slash", *typed]:
-            name = {"/": "slash", ":": "colon"}.get(key, key)
-            app.post_message(events.Key(name, {"slash": "/"}.get(key, key if len(key) == 1 else None)))
+        keys_in_one_read(app, closed_by, "/", *typed)
         box = app.query_one("#filter", Input)
         await wait_until(pilot, lambda: box.value == typed or len(app.screen_stack) > 1, "the text in the box")
         await pilot.pause(0.2)  # anything still on its way
@@ -245,8 +240,7 @@ async def test_keys_read_with_enter_act_in_the_detail_it_opens() -> None:
         await settle(pilot, app, 2)
         target = app.table.process_at_cursor()
         assert target is not None
-        for key in ["enter", "down", "k"]:
-            app.post_message(events.Key(key, None))
+        keys_in_one_read(app, "enter", "down", "k")
         await wait_until(pilot, lambda: any(isinstance(s, KillDialog) for s in app.screen_stack), "the kill dialog")
         await pilot.pause(0.2)  # anything still on its way
         assert len(app.screen_stack) == 3

@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-from textual import events
-
 from gpubox import format as fmt
 from gpubox.tui.process_table import ProcessTable, row_key
 from gpubox.tui.top_app import TopApp
-from tests.tui.conftest import reference, settle, sim, wait_until
+from tests.tui.conftest import keys_in_one_read, reference, settle, sim, wait_until
 
 SIZE = (120, 40)
 
@@ -129,22 +127,16 @@ async def test_keys_read_in_one_go_act_in_the_order_typed() -> None:
         await settle(pilot, app, 1)
         box = app.query_one("#filter")
         sent = ["slash", *"a/x", "ctrl+u", *"user:bbx", "backspace", "left", "o", "right", "enter", "s"]
-        for key in sent:
-            app.post_message(events.Key(_KEY_NAMES.get(key, key), _KEY_CHARS.get(key, key if len(key) == 1 else None)))
+        keys_in_one_read(app, *sent)
         await wait_until(pilot, lambda: app.table.sort_column != "gpu", "the s after Enter to sort the table")
         assert box.value == "user:bob"  # type: ignore[attr-defined]
         assert app.focused is app.table
         assert "filter: user:bob (2 shown)" in app.query_one("#status").plain  # type: ignore[attr-defined]
 
-        for key in ["slash", "escape", "S"]:
-            app.post_message(events.Key(key, _KEY_CHARS.get(key, key if len(key) == 1 else None)))
+        keys_in_one_read(app, "/", "escape", "S")
         await wait_until(pilot, lambda: app.table.reverse, "the S after Escape to reverse the table")
         assert box.value == ""  # type: ignore[attr-defined]
         assert app.table.row_count == 12
-
-
-_KEY_NAMES = {":": "colon", "/": "slash"}
-_KEY_CHARS = {"slash": "/", "colon": ":", ":": ":", "/": "/"}
 
 
 async def test_rows_are_updated_in_place() -> None:
