@@ -6,6 +6,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -38,6 +39,13 @@ KILLED_BY_SIGINT = -signal.SIGINT
 MOMENTS = ("gpubox.cli.main", "typer._click.types", "gpubox.cli.daemon")
 
 
+def sigint_as_in_a_terminal() -> None:
+    """For preexec_fn: SIGINT at its default action, as a terminal's foreground job has it. A test
+    run started in the background of a script inherits SIGINT ignored, and gpubox keeps an ignored
+    SIGINT ignored (on purpose): the Ctrl-C a test sends would then do nothing."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def interrupted(
     args: Sequence[str],
     env: Mapping[str, str] | None = None,
@@ -59,9 +67,14 @@ def interrupted(
         stderr=subprocess.PIPE,
         text=True,
         env={**os.environ, **(env or {})},
+        preexec_fn=sigint_as_in_a_terminal,
     )
     assert proc.stderr is not None
     said: list[str] = []
+    # Reading its stderr to the end waits for gpubox to exit: one that goes on after the Ctrl-C is
+    # killed (exit -9, which fails the test) rather than left to hang the test run.
+    watchdog = threading.Timer(120, proc.kill)
+    watchdog.start()
     try:
         if after_module is not None:
             for line in proc.stderr:
@@ -80,6 +93,7 @@ def interrupted(
         said += [line for line in proc.stderr if not line.startswith("import time:")]
         return proc.wait(timeout=30), "".join(said)
     finally:
+        watchdog.cancel()
         proc.kill()
         proc.wait()
         for pipe in (proc.stdout, proc.stderr):

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from gpubox.exit_codes import ExitCode
-from tests.helpers import KILLED_BY_SIGINT, MOMENTS, interrupted
+from tests.helpers import KILLED_BY_SIGINT, MOMENTS, interrupted, sigint_as_in_a_terminal
 
 
 @pytest.mark.parametrize("moment", MOMENTS)
@@ -79,6 +79,7 @@ def test_a_ctrl_c_stops_the_script_that_runs_gpubox_in_a_loop() -> None:
         stderr=subprocess.PIPE,
         text=True,
         start_new_session=True,  # a group of its own, as a terminal's foreground job
+        preexec_fn=sigint_as_in_a_terminal,
     )
     try:
         time.sleep(3.0)  # the first gpubox waits out its 30 s interval
