@@ -51,6 +51,7 @@ from gpubox.queue.store import QUEUE, JobStore
 from gpubox.telemetry.devices import nvidia_devices_present
 
 START_GRACE_S = 30.0  # a job recorded as started without a supervisor pid for this long never ran
+LOCK_WAIT_S = 10.0  # how long a new daemon waits out clients that hold its lock shared
 REPEAT_LOG_S = 600.0  # how often the daemon says again that the same thing still fails
 
 
@@ -157,8 +158,12 @@ class Daemon:
         ensure_private_dir(self.paths.state_dir)
         fd = os.open(self.paths.state_dir / LOCK_NAME, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
         # A client that checks for a daemon holds the lock shared for a moment: when the pid in
-        # the file is not a live process, that is what holds it; try again for a second.
-        for _ in range(20):
+        # the file is not a live process, that is what holds it; try again. Not for a fixed count
+        # of tries: on a box loaded enough to hold such a client up, they all failed in a second,
+        # and the daemon a client had started exited, leaving the jobs waiting.
+        holder = ""
+        deadline = time.monotonic() + LOCK_WAIT_S
+        while True:
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
                 break
@@ -166,9 +171,10 @@ class Daemon:
                 holder = os.pread(fd, 32, 0).decode(errors="replace").strip()
                 if holder.isdigit() and int(holder) != os.getpid() and proctree.is_alive(int(holder), None):
                     break  # a daemon holds it
+                holder = ""
+                if time.monotonic() > deadline:
+                    break
                 time.sleep(0.05)
-        else:
-            holder = ""
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:

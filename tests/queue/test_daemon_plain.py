@@ -3,10 +3,13 @@ full command line would."""
 
 from __future__ import annotations
 
+import fcntl
 import os
 import subprocess
 import sys
+import threading
 
+from gpubox.queue.layout import LOCK_NAME
 from tests.queue.conftest import QueueBox
 
 
@@ -49,3 +52,18 @@ def test_a_daemon_warns_of_an_unknown_variable_once_when_it_starts(queue: QueueB
     warned = [i for i, line in enumerate(log) if "warning" in line]
     assert [log[i] for i in warned] == [f"gpubox daemon: warning: {said}"], log
     assert log[warned[0] + 1].startswith("gpubox daemon: pid ")
+
+
+def test_a_daemon_waits_out_a_client_held_up_with_its_lock(queue: QueueBox) -> None:
+    """A client checks for a daemon by holding the lock shared for a moment; on a loaded box that
+    moment can last. The daemon waits it out rather than exit as if another daemon ran."""
+    queue.state_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+    held = os.open(queue.state_dir / LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o600)
+    fcntl.flock(held, fcntl.LOCK_SH)
+    release = threading.Timer(2.0, os.close, (held,))  # and with the descriptor, the lock
+    release.start()
+    try:
+        proc = queue.start_daemon()
+    finally:
+        release.join()
+    assert queue.daemon_pid() == proc.pid
