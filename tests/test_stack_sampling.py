@@ -90,13 +90,13 @@ class Loop:
             at, waited = line.split()
             self.progress.append((float(at), float(waited)))
 
-    def measured(self, last_s: float) -> str:
-        """The share blocked over about the last `last_s` seconds, by the loop's own clock."""
+    def share(self, last_s: float) -> float:
+        """The share blocked over about the last `last_s` seconds, by the loop's own clock: what
+        really happened, where a busy box made the steps overrun and the design figure wrong."""
         recent = [p for p in self.progress if p[0] >= time.monotonic() - last_s]
-        if len(recent) < 2:
-            return "the loop measured nothing"
+        assert len(recent) >= 2, "the loop measured nothing"
         (t0, w0), (t1, w1) = recent[0], recent[-1]
-        return f"the loop measured {(w1 - w0) / (t1 - t0):.3f} over its last {t1 - t0:.1f} s"
+        return (w1 - w0) / (t1 - t0)
 
     def workers(self) -> list[int]:
         return [child.pid for child in psutil.Process(self.proc.pid).children()]
@@ -161,6 +161,14 @@ def pyspy_children() -> list[psutil.Process]:
     return found
 
 
+def assert_near(got: float, expected: float, truth: float) -> None:
+    """The sampled share is within 10 points of what the loop itself measured; and of the design
+    figure, unless the box was so busy that the loop's steps overran (then only the first holds)."""
+    assert abs(got - truth) <= 0.10, f"sampled {got:.3f}, the loop measured {truth:.3f} (by design {expected:.3f})"
+    if abs(truth - expected) <= 0.05:
+        assert abs(got - expected) <= 0.10, f"sampled {got:.3f}, by design {expected:.3f}"
+
+
 # Accuracy against real loops. py-spy spaces its samples randomly, so with about 400 samples the
 # error of a share near 0.7 is binomial, about 2.3 percentage points: 10 points is four of them.
 
@@ -178,7 +186,7 @@ def test_single_process_loader_matches_the_expected_wait(loops: Callable[..., Lo
         sampler.close()
     assert got is not None and got.fraction is not None, got
     assert got.reason is None
-    assert abs(got.fraction - expected) <= 0.10, (got, expected, loop.measured(10))
+    assert_near(got.fraction, expected, loop.share(10))
 
 
 @needs_pyspy
@@ -197,7 +205,7 @@ def test_two_worker_loader_matches_the_expected_wait_and_workers_read_zero(loops
     finally:
         sampler.close()
     assert got is not None and got.fraction is not None, got
-    assert abs(got.fraction - expected) <= 0.10, (got, expected, loop.measured(10))
+    assert_near(got.fraction, expected, loop.share(10))
     # A worker spends its time in the dataset fetch, but it is not a trainer waiting for data.
     for worker in per_worker:
         assert worker is not None and worker.fraction is not None and worker.samples >= 100, worker
@@ -216,7 +224,7 @@ def test_a_loop_in_another_thread_counts(loops: Callable[..., Loop]) -> None:
     finally:
         sampler.close()
     assert got is not None and got.fraction is not None, got
-    assert abs(got.fraction - expected) <= 0.10, (got, expected, loop.measured(4))
+    assert_near(got.fraction, expected, loop.share(4))
 
 
 @needs_pyspy
