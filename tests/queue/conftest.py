@@ -232,6 +232,16 @@ def alive(pid: int) -> bool:
     return stat[stat.rfind(")") + 2] != "Z"
 
 
+def blocked_in(pid: int, where: str) -> bool:
+    """Whether the process sleeps in the kernel in a function whose name holds `where` ("pipe" for
+    a read of a pipe, "nanosleep" for time.sleep), from /proc/<pid>/wchan: a test sees that it
+    has got to a wait rather than sleeping a guess of how long that takes."""
+    try:
+        return where in Path(f"/proc/{pid}/wchan").read_text()
+    except OSError:
+        return False
+
+
 def wait_until(check: Callable[[], bool], timeout: float = 20.0, what: str = "condition") -> None:
     deadline = time.monotonic() + timeout
     while not check():

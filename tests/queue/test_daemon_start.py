@@ -8,9 +8,8 @@ import os
 import random
 import subprocess
 import sys
-import time
 
-from tests.queue.conftest import QueueBox
+from tests.queue.conftest import QueueBox, blocked_in, wait_until
 
 
 def test_start_starts_one_daemon_and_says_so_when_one_runs(queue: QueueBox) -> None:
@@ -78,9 +77,9 @@ def test_stop_waits_for_a_daemon_that_is_still_starting_and_stops_it(queue: Queu
             text=True,
         )
         # The daemon comes up while stop waits: after stop has looked and found no daemon (a stop
-        # that did not wait would have said "not running" by then), and not waited for here, as
-        # stop may end it at once.
-        time.sleep(1.0)
+        # that did not wait would have said "not running" by then, and not slept), and not waited
+        # for here, as stop may end it at once.
+        wait_until(lambda: blocked_in(stop.pid, "nanosleep") or stop.poll() is not None, 30, "stop to wait")
         assert stop.poll() is None, stop.communicate()
         daemon = subprocess.Popen(
             [sys.executable, "-m", "gpubox", "daemon"],

@@ -21,7 +21,7 @@ import pytest
 from gpubox.queue import proctree, supervise, zygote
 from gpubox.queue.jobs import JobSpec
 from gpubox.queue.zygote import Spawner
-from tests.queue.conftest import QueueBox, wait_until
+from tests.queue.conftest import QueueBox, blocked_in, wait_until
 
 
 def _launch(
@@ -380,13 +380,23 @@ def test_logs_that_could_not_be_opened_when_prepared_are_tried_again_at_go(tmp_p
         spawner.ask()
         spare = spawner.receive()
         supervise.prepare(spare, launch)
-        time.sleep(0.3)  # it has tried, and failed, to open its logs
+        wait_until(lambda: _waits_for_go(spare.pid, 7), 10, "the spare to try its logs, then wait for go")
         blocker.unlink()
         blocker.mkdir()
         supervise.go(spare)
         assert _done(done_r)[2].outcome == "succeeded"
         assert (blocker / "7.1.out").read_text() == "ran\n"
         supervise.discard(spare)
+
+
+def _waits_for_go(pid: int, job_id: int) -> bool:
+    """The spare has read its launch (it took the job's name, then prepared it) and is back
+    reading its pipe, for "go"."""
+    try:
+        name = Path(f"/proc/{pid}/comm").read_text().strip()
+        return name == f"gpubox-job{job_id}" and blocked_in(pid, "pipe")
+    except OSError:
+        return False
 
 
 def _returns(call: Callable[[], None], within: float = 10.0) -> None:
