@@ -59,12 +59,16 @@ def _start_servers(address: ListenAddress, app: Any) -> list[tuple[WSGIServer, t
     first alone, a scrape of the other was refused). One the box does not have is skipped while
     another is served; anything else, a port in use above all, fails the whole."""
     infos = socket.getaddrinfo(address.host, address.port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    addresses = list(dict.fromkeys((family, sockaddr[:2]) for family, _, _, _, sockaddr in infos))
+    # An IPv6 server takes IPv4 too where the box allows it ("[::]:9400" always did): its own
+    # family only where an IPv4 server shares the port.
+    v6_only = any(family == socket.AF_INET for family, _ in addresses)
     servers: list[tuple[WSGIServer, threading.Thread]] = []
     missing: OSError | None = None
     try:
-        for family, sockaddr in dict.fromkeys((family, sockaddr[:2]) for family, _, _, _, sockaddr in infos):
+        for family, sockaddr in addresses:
             try:
-                servers.append(_start_server(family, str(sockaddr[0]), address.port, app))
+                servers.append(_start_server(family, str(sockaddr[0]), address.port, app, v6_only))
             except OSError as exc:
                 if exc.errno != errno.EADDRNOTAVAIL:
                     raise
@@ -77,12 +81,12 @@ def _start_servers(address: ListenAddress, app: Any) -> list[tuple[WSGIServer, t
     return servers
 
 
-def _start_server(family: int, host: str, port: int, app: Any) -> tuple[WSGIServer, threading.Thread]:
+def _start_server(family: int, host: str, port: int, app: Any, v6_only: bool) -> tuple[WSGIServer, threading.Thread]:
     class Server(_ScrapeServer):
         address_family = family
 
         def server_bind(self) -> None:
-            if family == socket.AF_INET6:  # its own family only, beside an IPv4 server on the port
+            if family == socket.AF_INET6 and v6_only:  # beside an IPv4 server on the port
                 self.socket.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
             super().server_bind()
 

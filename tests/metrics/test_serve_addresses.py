@@ -9,6 +9,7 @@ import signal
 import socket
 import urllib.request
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -122,3 +123,22 @@ def test_no_address_of_the_box_at_all_is_the_error_of_the_first(resolves_to: Cal
         stop = scrape_then_stop(9400, [], {})  # should it serve after all
         server.serve(BoxCollector(SimulatedBackend(gpus=1, processes=0)), ListenAddress(NAME, 9400), stop)
     assert os.strerror(errno.EADDRNOTAVAIL) in failed.value.message
+
+
+def test_the_ipv6_wildcard_alone_takes_ipv4_scrapes_too(resolves_to: Callable[..., None]) -> None:
+    # "[::]:9400" listened on IPv4 as well, where the box lets an IPv6 socket do so; only beside
+    # an IPv4 server on the same port is an IPv6 one kept to its own family.
+    try:
+        dual = Path("/proc/sys/net/ipv6/bindv6only").read_text().strip() == "0"
+    except OSError:
+        dual = False
+    if not dual:
+        pytest.skip("IPv6 sockets here take IPv6 alone")
+    port = port_free_on_both()
+    seen: dict[str, object] = {}
+    server.serve(
+        BoxCollector(SimulatedBackend(gpus=1, processes=0)),
+        ListenAddress("::", port),
+        scrape_then_stop(port, ["127.0.0.1", "::1"], seen),
+    )
+    assert seen == {"127.0.0.1": 200, "::1": 200}
