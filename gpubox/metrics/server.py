@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from socketserver import ThreadingMixIn
 from typing import Any
-from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer
 
 from prometheus_client import make_wsgi_app
 
@@ -59,7 +59,8 @@ def _start_servers(address: ListenAddress, app: Any) -> list[tuple[WSGIServer, t
     first alone, a scrape of the other was refused). One the box does not have is skipped while
     another is served; anything else, a port in use above all, fails the whole."""
     infos = socket.getaddrinfo(address.host, address.port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
-    addresses = list(dict.fromkeys((family, sockaddr[:2]) for family, _, _, _, sockaddr in infos))
+    # the whole address: an IPv6 link-local one needs its scope (the interface) to be bound
+    addresses = list(dict.fromkeys((family, sockaddr) for family, _, _, _, sockaddr in infos))
     # An IPv6 server takes IPv4 too where the box allows it ("[::]:9400" always did): its own
     # family only where an IPv4 server shares the port.
     v6_only = any(family == socket.AF_INET for family, _ in addresses)
@@ -68,7 +69,7 @@ def _start_servers(address: ListenAddress, app: Any) -> list[tuple[WSGIServer, t
     try:
         for family, sockaddr in addresses:
             try:
-                servers.append(_start_server(family, str(sockaddr[0]), address.port, app, v6_only))
+                servers.append(_start_server(family, (sockaddr[0], address.port, *sockaddr[2:]), app, v6_only))
             except OSError as exc:
                 if exc.errno != errno.EADDRNOTAVAIL:
                     raise
@@ -81,7 +82,7 @@ def _start_servers(address: ListenAddress, app: Any) -> list[tuple[WSGIServer, t
     return servers
 
 
-def _start_server(family: int, host: str, port: int, app: Any, v6_only: bool) -> tuple[WSGIServer, threading.Thread]:
+def _start_server(family: int, sockaddr: Any, app: Any, v6_only: bool) -> tuple[WSGIServer, threading.Thread]:
     class Server(_ScrapeServer):
         address_family = family
 
@@ -90,7 +91,8 @@ def _start_server(family: int, host: str, port: int, app: Any, v6_only: bool) ->
                 self.socket.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
             super().server_bind()
 
-    server = make_server(host, port, app, Server, _ScrapeHandler)
+    server = Server(sockaddr, _ScrapeHandler)  # as make_server, with the scope of a link-local address
+    server.set_app(app)
     thread = threading.Thread(target=server.serve_forever, name="gpubox-metrics-http", daemon=True)
     thread.start()
     return server, thread

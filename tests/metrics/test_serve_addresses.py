@@ -142,3 +142,36 @@ def test_the_ipv6_wildcard_alone_takes_ipv4_scrapes_too(resolves_to: Callable[..
         scrape_then_stop(port, ["127.0.0.1", "::1"], seen),
     )
     assert seen == {"127.0.0.1": 200, "::1": 200}
+
+
+def link_local_address() -> str | None:
+    """An IPv6 link-local address of this box with its interface ("fe80::1%eth0"), or None."""
+    try:
+        lines = Path("/proc/net/if_inet6").read_text().splitlines()
+    except OSError:
+        return None
+    for line in lines:
+        hex_address, _, _, scope, _, name = line.split()
+        if int(scope, 16) == 0x20:
+            packed = bytes.fromhex(hex_address)
+            return f"{socket.inet_ntop(socket.AF_INET6, packed)}%{name}"
+    return None
+
+
+def test_an_ipv6_link_local_address_is_served_on_its_interface() -> None:
+    host = link_local_address()
+    if host is None:
+        pytest.skip("no IPv6 link-local address here")
+    with socket.socket(socket.AF_INET6) as probe:
+        probe.bind(socket.getaddrinfo(host, 0, socket.AF_INET6, socket.SOCK_STREAM)[0][4])  # with its scope
+        port = int(probe.getsockname()[1])
+    seen: list[bytes] = []
+
+    def ready() -> None:
+        with socket.create_connection((host, port), timeout=30) as scrape:
+            scrape.sendall(b"GET /metrics HTTP/1.0\r\n\r\n")
+            seen.append(scrape.recv(64))
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    server.serve(BoxCollector(SimulatedBackend(gpus=1, processes=0)), ListenAddress(host, port), ready)
+    assert seen and seen[0].startswith(b"HTTP/1.0 200"), seen
