@@ -54,6 +54,11 @@ def only_metrics_path(app: Any) -> Any:
     return route
 
 
+# An address this box does not have, or of a family it does not have at all (IPv6 off at boot):
+# skipped while another address of the name is served.
+_NOT_HERE = frozenset({errno.EADDRNOTAVAIL, errno.EAFNOSUPPORT})
+
+
 def _start_servers(address: ListenAddress, app: Any) -> list[tuple[WSGIServer, threading.Thread]]:
     """A server on every address the host names ("localhost" is often ::1 and 127.0.0.1: on the
     first alone, a scrape of the other was refused). One the box does not have is skipped while
@@ -71,7 +76,7 @@ def _start_servers(address: ListenAddress, app: Any) -> list[tuple[WSGIServer, t
             try:
                 servers.append(_start_server(family, (sockaddr[0], address.port, *sockaddr[2:]), app, v6_only))
             except OSError as exc:
-                if exc.errno != errno.EADDRNOTAVAIL:
+                if exc.errno not in _NOT_HERE:
                     raise
                 missing = missing or exc
         if not servers:

@@ -175,3 +175,27 @@ def test_an_ipv6_link_local_address_is_served_on_its_interface() -> None:
 
     server.serve(BoxCollector(SimulatedBackend(gpus=1, processes=0)), ListenAddress(host, port), ready)
     assert seen and seen[0].startswith(b"HTTP/1.0 200"), seen
+
+
+def test_an_ipv6_address_is_skipped_on_a_box_without_ipv6(
+    resolves_to: Callable[..., None], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Booted with IPv6 off, the box cannot open an IPv6 socket at all: "localhost" (::1 and
+    # 127.0.0.1) is served on 127.0.0.1, as it was when the first address alone was served.
+    resolves_to(V4, V6)
+    real = socket.socket
+
+    def no_ipv6(family: int = socket.AF_INET, *args: Any, **kwargs: Any) -> socket.socket:
+        if family == socket.AF_INET6:
+            raise OSError(errno.EAFNOSUPPORT, os.strerror(errno.EAFNOSUPPORT))
+        return real(family, *args, **kwargs)
+
+    port = port_free_on_both()
+    monkeypatch.setattr(socket, "socket", no_ipv6)
+    seen: dict[str, object] = {}
+    server.serve(
+        BoxCollector(SimulatedBackend(gpus=1, processes=0)),
+        ListenAddress(NAME, port),
+        scrape_then_stop(port, ["127.0.0.1"], seen),
+    )
+    assert seen == {"127.0.0.1": 200}
