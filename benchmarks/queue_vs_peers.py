@@ -155,6 +155,10 @@ def main() -> int:
     parser.add_argument("--baseline", type=Path, help="also run the gpubox in this directory, in the same rounds")
     parser.add_argument("--warm", action="store_true", help="start gpubox's daemon and tsp's server before the clock")
     args = parser.parse_args()
+    missing = [tool for tool in ("tsp", "nq") if shutil.which(tool) is None]
+    if missing:
+        print(f"queue_vs_peers: {', '.join(missing)} not found (queue_vs_peers.sh installs them)", file=sys.stderr)
+        return 2
     global SLOTS, WARM
     SLOTS, WARM = args.slots, args.warm
     gpubox_dir = Path(__file__).resolve().parent.parent / "gpubox"
