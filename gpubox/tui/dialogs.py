@@ -35,7 +35,7 @@ class KillDialog(ModalScreen[int | None]):
     AUTO_FOCUS = "#term"
 
     BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("escape,n", "dismiss(None)", "Cancel"),
+        Binding("escape,n,q", "dismiss(None)", "Cancel"),  # q, the quit key, safely: it cancels
         Binding("t", "send('term')", "SIGTERM"),
         Binding("x", "send('kill')", "SIGKILL"),
     ]
@@ -66,7 +66,7 @@ class KillDialog(ModalScreen[int | None]):
 
 HELP = """\
 [b]Keys[/b]
-  q            quit
+  q            quit (in this help or the kill dialog: close it)
   space, p     pause or resume sampling
   r            sample now
   s / S        sort by the next column / reverse the order (or click a header)
@@ -98,7 +98,8 @@ HELP = """\
 
 
 class HelpScreen(ModalScreen[None]):
-    BINDINGS: ClassVar[list[BindingType]] = [Binding("escape,question_mark", "dismiss(None)", "Close")]
+    # q closes it too, as in htop: a dialog holds back the app's own q
+    BINDINGS: ClassVar[list[BindingType]] = [Binding("escape,question_mark,q", "dismiss(None)", "Close")]
 
     def compose(self) -> ComposeResult:
         with Vertical(id="help-box", classes="dialog"):

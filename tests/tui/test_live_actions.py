@@ -52,14 +52,16 @@ async def test_kill_then_sigkill_is_the_second_choice() -> None:
         assert backend.signals == [(target.pid, signal.SIGKILL)]
 
 
-async def test_kill_then_cancel_leaves_the_process() -> None:
+@pytest.mark.parametrize("cancel", ["escape", "n", "q"])
+async def test_kill_then_cancel_leaves_the_process(cancel: str) -> None:
     backend = sim(2, 6)
     app = TopApp(backend, interval=0.05)
     async with app.run_test(size=SIZE) as pilot:
         await wait_until(pilot, lambda: app.refreshes >= 1, "a refresh")
         await pilot.press("k")
         assert isinstance(app.screen, KillDialog)
-        await pilot.press("escape")
+        await pilot.press(cancel)
+        assert app.is_running
         assert not isinstance(app.screen, KillDialog)
         seen = app.refreshes
         await wait_until(pilot, lambda: app.refreshes >= seen + 2, "two more refreshes")
@@ -250,15 +252,17 @@ async def test_keys_read_with_enter_act_in_the_detail_it_opens() -> None:
         assert app.table.process_at_cursor() == target
 
 
-async def test_question_mark_shows_the_keys() -> None:
+@pytest.mark.parametrize("close", ["escape", "question_mark", "q"])
+async def test_question_mark_shows_the_keys(close: str) -> None:
     app = TopApp(sim(), interval=0.05)
     async with app.run_test(size=(120, 50)) as pilot:
         await pilot.press("question_mark")
         assert isinstance(app.screen, HelpScreen)
         await pilot.press("k", "s")  # keys of the main screen do nothing under a dialog
         assert isinstance(app.screen, HelpScreen)
-        await pilot.press("escape")
+        await pilot.press(close)
         assert not isinstance(app.screen, HelpScreen)
+        assert app.is_running
 
 
 async def test_a_lost_gpu_shows_as_lost() -> None:
