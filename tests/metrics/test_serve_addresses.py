@@ -63,29 +63,30 @@ def resolves_to(monkeypatch: pytest.MonkeyPatch) -> Callable[..., None]:
     return give
 
 
-def scrape_then_stop(port: int, hosts: list[str], seen: dict[str, object]) -> Callable[[], None]:
+def serve_and_scrape(host: str, port: int, scraped: list[str]) -> tuple[int, dict[str, object]]:
+    """Serve on host:port; once it listens, scrape each of `scraped` (addresses), then SIGTERM,
+    which serve() waits for through its own handler. The signal serve() returned, and what each
+    scrape got (an HTTP status, or the error)."""
+    seen: dict[str, object] = {}
+
     def ready() -> None:
-        for host in hosts:
-            url = f"http://{'[' + host + ']' if ':' in host else host}:{port}/metrics"
+        for each in scraped:
+            url = f"http://{'[' + each + ']' if ':' in each else each}:{port}/metrics"
             try:
                 with urllib.request.urlopen(url, timeout=30) as response:
-                    seen[host] = response.status
+                    seen[each] = response.status
             except OSError as exc:
-                seen[host] = exc
-        os.kill(os.getpid(), signal.SIGTERM)  # serve() waits for it through its own handler
+                seen[each] = exc
+        os.kill(os.getpid(), signal.SIGTERM)
 
-    return ready
+    stopped = server.serve(BoxCollector(SimulatedBackend(gpus=1, processes=0)), ListenAddress(host, port), ready)
+    return stopped, seen
 
 
 def test_a_name_with_two_addresses_is_served_on_both(resolves_to: Callable[..., None]) -> None:
     resolves_to(V6, V4, V4)  # a name listed twice is one server
     port = port_free_on_both()
-    seen: dict[str, object] = {}
-    stopped = server.serve(
-        BoxCollector(SimulatedBackend(gpus=1, processes=0)),
-        ListenAddress(NAME, port),
-        scrape_then_stop(port, ["::1", "127.0.0.1"], seen),
-    )
+    stopped, seen = serve_and_scrape(NAME, port, ["::1", "127.0.0.1"])
     assert stopped == signal.SIGTERM
     assert seen == {"::1": 200, "127.0.0.1": 200}
     for host, family in (("127.0.0.1", socket.AF_INET), ("::1", socket.AF_INET6)):
@@ -95,12 +96,7 @@ def test_a_name_with_two_addresses_is_served_on_both(resolves_to: Callable[..., 
 def test_an_address_the_box_does_not_have_is_skipped_beside_one_it_has(resolves_to: Callable[..., None]) -> None:
     resolves_to(NOT_HERE, V4)
     port = port_free_on_both()
-    seen: dict[str, object] = {}
-    server.serve(
-        BoxCollector(SimulatedBackend(gpus=1, processes=0)),
-        ListenAddress(NAME, port),
-        scrape_then_stop(port, ["127.0.0.1"], seen),
-    )
+    _, seen = serve_and_scrape(NAME, port, ["127.0.0.1"])
     assert seen == {"127.0.0.1": 200}
 
 
@@ -111,8 +107,7 @@ def test_a_port_in_use_on_one_of_the_addresses_fails_the_whole(resolves_to: Call
         taken.bind(("127.0.0.1", port))
         taken.listen()
         with pytest.raises(server.ListenError, match="in use") as failed:
-            stop = scrape_then_stop(port, [], {})  # should it serve after all
-            server.serve(BoxCollector(SimulatedBackend(gpus=1, processes=0)), ListenAddress(NAME, port), stop)
+            serve_and_scrape(NAME, port, [])  # a stop, should it serve after all
     assert not failed.value.bad_input
     assert_not_listening(socket.AF_INET6, "::1", port)  # the server already started there was closed
 
@@ -120,8 +115,7 @@ def test_a_port_in_use_on_one_of_the_addresses_fails_the_whole(resolves_to: Call
 def test_no_address_of_the_box_at_all_is_the_error_of_the_first(resolves_to: Callable[..., None]) -> None:
     resolves_to(NOT_HERE)
     with pytest.raises(server.ListenError) as failed:
-        stop = scrape_then_stop(9400, [], {})  # should it serve after all
-        server.serve(BoxCollector(SimulatedBackend(gpus=1, processes=0)), ListenAddress(NAME, 9400), stop)
+        serve_and_scrape(NAME, 9400, [])  # a stop, should it serve after all
     assert os.strerror(errno.EADDRNOTAVAIL) in failed.value.message
 
 
@@ -135,12 +129,7 @@ def test_the_ipv6_wildcard_alone_takes_ipv4_scrapes_too(resolves_to: Callable[..
     if not dual:
         pytest.skip("IPv6 sockets here take IPv6 alone")
     port = port_free_on_both()
-    seen: dict[str, object] = {}
-    server.serve(
-        BoxCollector(SimulatedBackend(gpus=1, processes=0)),
-        ListenAddress("::", port),
-        scrape_then_stop(port, ["127.0.0.1", "::1"], seen),
-    )
+    _, seen = serve_and_scrape("::", port, ["127.0.0.1", "::1"])
     assert seen == {"127.0.0.1": 200, "::1": 200}
 
 
@@ -192,10 +181,5 @@ def test_an_ipv6_address_is_skipped_on_a_box_without_ipv6(
 
     port = port_free_on_both()
     monkeypatch.setattr(socket, "socket", no_ipv6)
-    seen: dict[str, object] = {}
-    server.serve(
-        BoxCollector(SimulatedBackend(gpus=1, processes=0)),
-        ListenAddress(NAME, port),
-        scrape_then_stop(port, ["127.0.0.1"], seen),
-    )
+    _, seen = serve_and_scrape(NAME, port, ["127.0.0.1"])
     assert seen == {"127.0.0.1": 200}
