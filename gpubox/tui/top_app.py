@@ -84,7 +84,7 @@ class TopApp(App[int]):
         self.usage_error: str | None = None
         self._selection: frozenset[str] | None = None
         self._noticed: set[str] = set()  # notices already shown: each is said once
-        self._read_under: WeakKeyDictionary[events.Key, Screen[object]] = WeakKeyDictionary()
+        self._read_under: WeakKeyDictionary[events.Key, tuple[Screen[object], Widget | None]] = WeakKeyDictionary()
 
         # The main screen's widgets, kept: a sample may land while a dialog or detail is on top.
         self.grid = GpuGrid(id="gpus")
@@ -118,7 +118,8 @@ class TopApp(App[int]):
 
     async def on_event(self, event: events.Event) -> None:
         if isinstance(event, events.Key) and not event.is_forwarded:
-            self._read_under[event] = self.screen  # Textual sends it to this screen's focused widget
+            # Textual sends it to this screen's focused widget
+            self._read_under[event] = (self.screen, self.focused)
         await super().on_event(event)
 
     async def _on_key(self, event: events.Key) -> None:
@@ -126,9 +127,17 @@ class TopApp(App[int]):
         with one that closed a screen (Esc, n, t) were sent to that screen, and came back to the
         main one as bare keys: "/" was lost, and "/user:kate" sorted on s, opened the kill dialog
         on k and sent SIGTERM on its t. Such a key is handled as if read now, in the order typed."""
-        if self._read_under.pop(event, self.screen) is not self.screen:
+        screen, focused = self._read_under.pop(event, (self.screen, self.focused))
+        if screen is not self.screen:
             self.post_message(events.Key(event.key, event.character))
             event.prevent_default()  # App._on_key must not run its bindings as well
+        elif isinstance(self.focused, Input) and not isinstance(focused, Input):
+            # Read before a "/" in the same read moved the focus into the filter box: Textual would
+            # now take it for the box's text and drop it ("s/" lost the s). It acts as typed.
+            event.prevent_default()
+            action = _MAIN_KEYS.get(event.key)
+            if action is not None:
+                await self.run_action(action)
 
     # sampling
 
@@ -311,6 +320,15 @@ def _signal_name(sig: int) -> str:
         return signal.Signals(sig).name
     except ValueError:
         return f"signal {sig}"
+
+
+# The app's keys, but "/" (which acts as it is read), by key: for keys read before a "/".
+_MAIN_KEYS = {
+    key.strip(): binding.action
+    for binding in TopApp.BINDINGS
+    if isinstance(binding, Binding) and binding.action != "filter"
+    for key in binding.key.split(",")
+}
 
 
 def _focus_now(widget: Widget) -> None:

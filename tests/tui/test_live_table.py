@@ -139,6 +139,20 @@ async def test_keys_read_in_one_go_act_in_the_order_typed() -> None:
         assert app.table.row_count == 12
 
 
+async def test_keys_read_with_a_slash_before_it_act_on_the_table() -> None:
+    # "s/bob" in one read: the s was sent to the table, but came back for its binding once "/"
+    # had put the focus in the box, where Textual took it for text and dropped it.
+    app = TopApp(sim(2, 12), interval=0.05)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot, app, 1)
+        keys_in_one_read(app, "s", "S", "/", *"bob")
+        box = app.query_one("#filter")
+        await wait_until(pilot, lambda: box.value == "bob", "the text in the box")  # type: ignore[attr-defined]
+        await wait_until(pilot, lambda: app.table.reverse, "the S before the slash to reverse the sort")
+        assert app.table.sort_column != "gpu"  # and the s to sort by the next column
+        assert app.focused is box
+
+
 async def test_rows_are_updated_in_place() -> None:
     app = TopApp(sim(2, 6), interval=0.05)
     async with app.run_test(size=SIZE) as pilot:
