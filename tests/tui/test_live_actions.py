@@ -8,7 +8,7 @@ import signal
 import pytest
 from textual.widgets import Input
 
-from gpubox.telemetry.model import BoxSnapshot
+from gpubox.telemetry.model import BoxSnapshot, ProcessSnapshot
 from gpubox.telemetry.simulated import SimulatedBackend
 from gpubox.tui.detail import GpuDetail, ProcessDetail
 from gpubox.tui.dialogs import HelpScreen, KillDialog
@@ -20,6 +20,13 @@ from tests.tui.conftest import NOW, LostGpuBackend, MigBackend, keys_in_one_read
 SIZE = (120, 40)
 
 
+def cursor_process(app: TopApp) -> ProcessSnapshot:
+    """The process under the table's cursor: the one a k or Enter acts on."""
+    target = app.table.process_at_cursor()
+    assert target is not None
+    return target
+
+
 def panels(app: TopApp) -> dict[str, GpuPanel]:
     return {p.gpu.label: p for p in app.query(GpuPanel).results() if p.gpu is not None}
 
@@ -29,8 +36,7 @@ async def test_kill_then_confirm_sends_sigterm_and_the_row_goes() -> None:
     app = TopApp(backend, interval=0.05)
     async with app.run_test(size=SIZE) as pilot:
         await wait_until(pilot, lambda: app.refreshes >= 2, "two refreshes")
-        target = app.table.process_at_cursor()
-        assert target is not None
+        target = cursor_process(app)
         await pilot.press("k")
         assert isinstance(app.screen, KillDialog)
         await pilot.press("enter")  # the SIGTERM button has the focus
@@ -45,8 +51,7 @@ async def test_kill_then_sigkill_is_the_second_choice() -> None:
     async with app.run_test(size=SIZE) as pilot:
         await wait_until(pilot, lambda: app.refreshes >= 1, "a refresh")
         await pilot.press("down")
-        target = app.table.process_at_cursor()
-        assert target is not None
+        target = cursor_process(app)
         await pilot.press("k", "x")
         await wait_until(pilot, lambda: backend.signals != [], "the signal")
         assert backend.signals == [(target.pid, signal.SIGKILL)]
@@ -83,8 +88,7 @@ async def test_keys_read_with_the_confirming_enter_act_after_it(after: str) -> N
     app = TopApp(backend, interval=0.05)
     async with app.run_test(size=SIZE) as pilot:
         await settle(pilot, app, 2)
-        target = app.table.process_at_cursor()
-        assert target is not None
+        target = cursor_process(app)
         keys_in_one_read(app, "k", "enter", after)
         await wait_until(pilot, lambda: backend.signals != [], f"the signal, with {after} after Enter")
         await pilot.pause(0.2)  # anything still on its way
@@ -100,8 +104,7 @@ async def test_tab_chooses_in_the_kill_dialog(tabs: list[str], sent: list[int]) 
     app = TopApp(backend, interval=0.05)
     async with app.run_test(size=SIZE) as pilot:
         await settle(pilot, app, 2)
-        target = app.table.process_at_cursor()
-        assert target is not None
+        target = cursor_process(app)
         keys_in_one_read(app, "k", *tabs)
         await wait_until(pilot, lambda: isinstance(app.screen, KillDialog), "the kill dialog")
         await pilot.pause(0.2)  # anything still on its way
@@ -153,8 +156,7 @@ async def test_enter_opens_the_detail_of_a_process_and_escape_closes_it() -> Non
     app = TopApp(sim(2, 6), interval=0.05)
     async with app.run_test(size=(120, 50)) as pilot:
         await settle(pilot, app, 3)
-        target = app.table.process_at_cursor()
-        assert target is not None
+        target = cursor_process(app)
         await pilot.press("enter")
         screen = app.screen
         assert isinstance(screen, ProcessDetail) and screen.key == target.key
@@ -240,8 +242,7 @@ async def test_keys_read_with_enter_act_in_the_detail_it_opens() -> None:
     app = TopApp(backend, interval=0.05)
     async with app.run_test(size=SIZE) as pilot:
         await settle(pilot, app, 2)
-        target = app.table.process_at_cursor()
-        assert target is not None
+        target = cursor_process(app)
         keys_in_one_read(app, "enter", "down", "k")
         await wait_until(pilot, lambda: any(isinstance(s, KillDialog) for s in app.screen_stack), "the kill dialog")
         await pilot.pause(0.2)  # anything still on its way
