@@ -83,6 +83,9 @@ def start_daemon(paths: Paths, env: Mapping[str, str] | None = None) -> int | No
         ):
             if daemon_env.get(name):
                 daemon_env[name] = str(path)
+        home = daemon_env.get("HOME", "")
+        if home and not os.path.isabs(home):  # the folders under it are this client's, not /'s
+            daemon_env["HOME"] = os.path.abspath(home)
         log = os.open(paths.state_dir / DAEMON_LOG, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600)
         try:
             # The daemon inherits the lock on `starting` and keeps it open (never reading it) for

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -234,3 +235,40 @@ def test_relative_state_and_runtime_folders_are_the_clients_not_the_daemons(
     assert queue("queue", "wait", added.stdout.strip(), env=relative, timeout=HANG).returncode == 0
     assert queue("queue", "logs", added.stdout.strip(), env=relative).stdout == "again\n"
     assert queue("daemon", "stop", env=relative).returncode == 0
+
+
+def test_a_relative_home_reaches_the_daemon_resolved(
+    queue: QueueBox, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With HOME relative (and no folder set otherwise), the queue's state and config are under
+    HOME as this client's directory resolves it; the daemon it starts works from /, so it gets
+    HOME resolved: both use the same queue (and the same user settings, under the same HOME)."""
+    work = tmp_path / "work"
+    work.mkdir()
+    monkeypatch.chdir(work)
+    stray = Path("/") / "me" / ".local" / "state" / "gpubox"  # where a daemon in / would look
+    assert not stray.exists()
+    env = {
+        "HOME": "me",
+        "GPUBOX_STATE_DIR": "",
+        "GPUBOX_RUNTIME_DIR": "",
+        "XDG_RUNTIME_DIR": str(tmp_path / "run"),
+    }
+    (tmp_path / "run").mkdir(mode=0o700)
+    try:
+        added = queue("queue", "add", "--gpus", "0", "--shell", "--", "echo hello", env=env)
+        assert added.returncode == 0, added.stderr
+        job = added.stdout.strip()
+        waited = queue("queue", "wait", job, env=env, timeout=HANG)
+        assert waited.returncode == 0, waited.stderr
+        assert queue("queue", "logs", job, env=env).stdout == "hello\n"
+        assert (work / "me" / ".local" / "state" / "gpubox" / "queue.db").is_file()
+        status = queue("daemon", "status", "--json", env=env)
+        assert status.returncode == 0, status.stderr
+        assert json.loads(status.stdout)["data"]["state_dir"] == str(work / "me" / ".local" / "state" / "gpubox")
+    finally:
+        queue("daemon", "stop", env=env)
+        if stray.exists():  # made by a daemon that took HOME from /: stop it, and leave / clean
+            queue("daemon", "stop", env={**env, "HOME": "/me"})
+            shutil.rmtree("/me")
+            pytest.fail("the daemon used a HOME resolved from /, not from the client's directory")
