@@ -232,7 +232,8 @@ def grid_columns(count: int, width: int) -> int:
 
 
 class GpuGrid(Widget):
-    """The panels, in NVML order; rebuilt only when the set of GPUs changes."""
+    """The panels, in NVML order. When the set of GPUs changes, the panels of those still there
+    stay (with the focus, should one have it), those gone go, and new ones take their place."""
 
     def __init__(self, id: str | None = None) -> None:
         super().__init__(id=id)
@@ -242,13 +243,31 @@ class GpuGrid(Widget):
     def show(self, snap: BoxSnapshot, history: BoxHistory) -> None:
         order = [g.uuid for g in snap.gpus]
         if order != self._order:
-            self._order = order
-            self.remove_children()
-            self._panels = {uuid: GpuPanel(uuid) for uuid in order}
-            self.mount(*self._panels.values())
-            self._fit()
+            self._regrid(order)
         for gpu in snap.gpus:
             self._panels[gpu.uuid].show(gpu, history.gpus[gpu.uuid])
+
+    def _regrid(self, order: list[str]) -> None:
+        for uuid, gone in self._panels.items():
+            if uuid not in order:
+                gone.remove()
+        panels: dict[str, GpuPanel] = {}
+        last: GpuPanel | None = None
+        for uuid in order:
+            panel = self._panels.get(uuid)
+            if panel is None:
+                panel = GpuPanel(uuid)
+                if last is not None:
+                    self.mount(panel, after=last)
+                else:
+                    self.mount(panel, before=0) if self.children else self.mount(panel)
+            elif last is not None:
+                self.move_child(panel, after=last)
+            else:
+                self.move_child(panel, before=0)
+            panels[uuid] = last = panel
+        self._order, self._panels = order, panels
+        self._fit()
 
     def panel(self, uuid: str) -> GpuPanel | None:
         return self._panels.get(uuid)

@@ -337,3 +337,39 @@ async def test_loader_wait_is_coloured_above_the_threshold(threshold: float, sty
                 assert styles[key] is not None and styles[key][column] == ""
         cell = app.table.get_cell(starving, "loader")
         assert str(cell.style) == style
+
+
+class ChangingGpusBackend(SimulatedBackend):
+    """Three GPUs, of which those in `shown` are there (a GPU back after a reset, one gone, or
+    a MIG change)."""
+
+    shown = (0, 2)
+
+    def sample(self) -> BoxSnapshot:
+        snap = super().sample()
+        return dataclasses.replace(
+            snap,
+            gpus=tuple(g for g in snap.gpus if g.index in self.shown),
+            processes=tuple(p for p in snap.processes if p.gpu_index in self.shown),
+        )
+
+
+async def test_a_focused_panel_keeps_the_focus_when_the_set_of_gpus_changes() -> None:
+    backend = ChangingGpusBackend(gpus=3, processes=6, clock=lambda: NOW)
+    app = TopApp(backend, interval=0.05)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot, app, 2)
+        await pilot.press("tab", "tab")  # from the table to the second panel: GPU 2's
+        third = app.snapshot.gpus[1].uuid
+        assert isinstance(app.focused, GpuPanel) and app.focused.uuid == third
+        for shown in [(0, 1, 2), (1, 2)]:  # one comes before it, then another goes
+            backend.shown = shown
+            seen = app.refreshes
+            await pilot.press("r")
+            await wait_until(pilot, lambda s=seen: app.refreshes > s, "a refresh")
+            await pilot.pause()
+            placed = [p.uuid for p in app.grid.query(GpuPanel).results()]
+            assert placed == [g.uuid for g in app.snapshot.gpus] and len(placed) == len(shown)
+            assert isinstance(app.focused, GpuPanel) and app.focused.uuid == third
+        await pilot.press("enter")
+        assert isinstance(app.screen, GpuDetail) and app.screen.uuid == third
