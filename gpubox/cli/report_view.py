@@ -261,6 +261,7 @@ COLUMN_GAP, EDGES = 2, 2  # what rich puts between two columns here, and at the 
 def table(report: LedgerReport, width: int | None = None) -> Any:
     from rich import box
     from rich.table import Table
+    from rich.text import Text
 
     grouped = f"{report.by} ({report.tag_key})" if report.tag_key else report.by
     notes = [f"busy by {_BUSY_SOURCES.get(report.total.busy_source or '', report.total.busy_source)}"]
@@ -304,10 +305,11 @@ def table(report: LedgerReport, width: int | None = None) -> Any:
         text = _is_text(name, report.by)
         # a narrow terminal squeezes the names, which fold, and never a figure, which would read as another
         out.add_column(name, justify="left" if text else "right", overflow="fold", no_wrap=not text, min_width=least)
+    # Text, not str: a job name, user or tag is anyone's text, and rich would read "[/]" in it as markup
     for row in cells[:-1]:
-        out.add_row(*row)
+        out.add_row(*map(Text, row))
     out.add_section()
-    out.add_row(*cells[-1], style="bold")
+    out.add_row(*map(Text, cells[-1]), style="bold")
     return out
 
 

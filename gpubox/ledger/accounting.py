@@ -94,11 +94,18 @@ def busy_fraction(gpu: GpuSnapshot) -> tuple[float | None, int]:
     """The busy share (0..1) and its source: sm_active where GPM gives it, else gpu_busy."""
     if gpu.lost:
         return None, 0
-    if gpu.sm_active is not None:
-        return _clamp(gpu.sm_active / 100.0), SM_ACTIVE
-    if gpu.gpu_busy is not None:
-        return _clamp(gpu.gpu_busy / 100.0), GPU_BUSY
+    sm_active, gpu_busy = reading(gpu.sm_active), reading(gpu.gpu_busy)
+    if sm_active is not None:
+        return _clamp(sm_active / 100.0), SM_ACTIVE
+    if gpu_busy is not None:
+        return _clamp(gpu_busy / 100.0), GPU_BUSY
     return None, 0
+
+
+def reading(value: float | None) -> float | None:
+    """A figure, or None where there is none: NaN or infinity (GPM's doubles can be) is no reading,
+    and taken as one it would count as 0 % or 100 %, or stop every write of the ledger."""
+    return value if value is not None and math.isfinite(value) else None
 
 
 def interval_energy(mark: GpuMark, gpu: GpuSnapshot, seconds: float) -> tuple[float | None, bool]:
@@ -107,8 +114,9 @@ def interval_energy(mark: GpuMark, gpu: GpuSnapshot, seconds: float) -> tuple[fl
         if gpu.energy_mj < mark.energy_mj:
             return None, False  # the counter restarted (driver reload): a gap for energy, never negative
         return (gpu.energy_mj - mark.energy_mj) / 1000.0, False
-    if gpu.power_w is not None and not gpu.lost:
-        return gpu.power_w * seconds, True
+    power_w = reading(gpu.power_w)
+    if power_w is not None and not gpu.lost:
+        return power_w * seconds, True
     return None, False
 
 
@@ -141,8 +149,9 @@ def account_interval(
     # on a held GPU, only processes known to be outside the queue: one whose tag could not be read may be the job's
     outside = [p for p in strangers if "job_id" not in p.reasons] if holders else strangers
     unqueued = _unqueued(outside, seconds, busy)
-    occupancy = None if gpu.lost or gpu.sm_occupancy is None else _clamp(gpu.sm_occupancy / 100.0)
-    pcie_known = not gpu.lost and gpu.pcie_tx_Bps is not None and gpu.pcie_rx_Bps is not None
+    sm_occupancy, pcie_tx, pcie_rx = reading(gpu.sm_occupancy), reading(gpu.pcie_tx_Bps), reading(gpu.pcie_rx_Bps)
+    occupancy = None if gpu.lost or sm_occupancy is None else _clamp(sm_occupancy / 100.0)
+    pcie_known = not gpu.lost and pcie_tx is not None and pcie_rx is not None
     allocated = seconds if holders else 0.0
     usage = GpuUsage(
         observed_s=seconds,
@@ -157,8 +166,8 @@ def account_interval(
         energy_j=energy_j or 0.0,
         energy_estimated_j=energy_j if energy_j is not None and estimated else 0.0,
         energy_known_s=seconds if energy_j is not None else 0.0,
-        pcie_tx_bytes=(gpu.pcie_tx_Bps or 0.0) * seconds if pcie_known else 0.0,
-        pcie_rx_bytes=(gpu.pcie_rx_Bps or 0.0) * seconds if pcie_known else 0.0,
+        pcie_tx_bytes=(pcie_tx or 0.0) * seconds if pcie_known else 0.0,
+        pcie_rx_bytes=(pcie_rx or 0.0) * seconds if pcie_known else 0.0,
         pcie_known_s=seconds if pcie_known else 0.0,
         unqueued_s=seconds if unqueued else 0.0,
         busy_source=source,
@@ -176,7 +185,7 @@ def _attempt_part(
     energy_j: float | None,
     estimated: bool,
 ) -> AttemptInterval:
-    waits = [_clamp(p.loader_wait) for p in processes if p.loader_wait is not None]
+    waits = [_clamp(w) for w in (reading(p.loader_wait) for p in processes) if w is not None]
     loader_wait = max(waits) if waits else None
     memory = [p.gpu_mem_bytes for p in processes if p.gpu_mem_bytes is not None]
     energy = energy_j * share / seconds if energy_j is not None else None

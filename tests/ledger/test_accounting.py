@@ -128,6 +128,20 @@ def test_a_lost_gpu_is_observed_but_nothing_about_it_is_known() -> None:
     assert u.observed_s == 5 and u.busy_known_s == 0 and u.energy_known_s == 0
 
 
+@pytest.mark.parametrize("odd", [float("nan"), float("inf")])
+def test_a_figure_that_is_not_a_number_is_unknown_not_zero_or_full(odd: float) -> None:
+    """GPM's figures are doubles and can be NaN: no reading, so busy falls back to gpu_busy and the rest is unknown."""
+    g = gpu(gpu_busy=40.0, sm_active=odd, sm_occupancy=odd, pcie_tx_Bps=odd, pcie_rx_Bps=1000.0, power_w=odd)
+    p = proc(10, job_id=7, loader_wait=odd)
+    found = interval(account_interval(GpuMark(T0), g, T0 + 10, [p], [job(7, "GPU-0")], max_gap_s=15))
+    u = found.gpu
+    assert (u.busy_s, u.busy_known_s, u.busy_source) == (4, 10, GPU_BUSY)
+    assert u.occupancy_known_s == u.pcie_known_s == u.energy_known_s == u.loader_known_s == 0
+    assert u.occupancy_s == u.pcie_tx_bytes == u.pcie_rx_bytes == u.energy_j == u.starved_s == 0
+    [part] = found.attempts
+    assert (part.usage.busy_s, part.usage.loader_known_s, part.usage.energy_known_s) == (4, 0, 0)
+
+
 def test_split_periods_cuts_at_minute_and_hour_boundaries() -> None:
     assert split_periods(T0 + 55, T0 + 65, 60) == [(T0, 5), (T0 + 60, 5)]
     assert split_periods(T0 + 60, T0 + 65, 60) == [(T0 + 60, 5)]

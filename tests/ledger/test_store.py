@@ -152,3 +152,20 @@ def test_totals_since_the_ledger_began_never_drop_when_hours_are_pruned(tmp_path
     assert queries.gpu_totals(store) == before
     [gpu0] = [u for g, u in before.items() if queries.gpus(store)[g].uuid == "GPU-0"]
     assert (gpu0.allocated_s, gpu0.busy_s) == (3 * 3600, 3 * 0.375 * 3600)
+
+
+def test_a_figure_that_is_not_a_number_does_not_stop_the_ledger_writing(tmp_path: Path) -> None:
+    """A NaN PCIe rate (GPM's doubles can be) once made every write fail: its minute stayed pending for good."""
+    store = open_store(tmp_path)
+    clock = Clock()
+    recorder = Recorder(store, interval_s=5, clock=clock, flush_every_s=0)
+
+    def odd(t: float) -> tuple[BoxSnapshot, Iterable[Allocation]]:
+        nan = float("nan")
+        return snap(t, [gpu("GPU-0", 0, gpu_busy=50.0, pcie_tx_Bps=nan, pcie_rx_Bps=nan)]), [job(1, "GPU-0")]
+
+    drive(recorder, clock, odd, T0, T0 + 600)
+    total = build_report(store, T0, T0 + 600, now=T0 + 600).total
+    assert total.observed_gpu_hours == total.allocated_gpu_hours == pytest.approx(600 / 3600)
+    assert total.busy_gpu_hours == pytest.approx(300 / 3600)
+    assert total.pcie_tx_bytes is None and total.pcie_rx_bytes is None

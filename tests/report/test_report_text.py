@@ -4,15 +4,19 @@ from __future__ import annotations
 
 import csv
 import io
+from collections.abc import Iterable
 from dataclasses import fields, replace
 from typing import Any
 
 import pytest
 
 from gpubox.cli.report_view import MAX_TABLE_ROWS, chart_step, shown_rows
+from gpubox.ledger.accounting import Allocation
+from gpubox.ledger.recorder import Recorder
 from gpubox.ledger.report import UsageRow
 from gpubox.ledger.store import LedgerStore
-from tests.ledger.builders import T0
+from gpubox.telemetry.model import BoxSnapshot
+from tests.ledger.builders import T0, Clock, drive, gpu, proc, snap
 from tests.report.conftest import SINCE, UNTIL, Box
 
 WINDOW = ("--since", SINCE, "--until", UNTIL)
@@ -99,6 +103,23 @@ def test_each_grouping_has_its_table(recorded: Box, by: str, header: str, row: s
     assert any(line.lstrip("│ ").startswith(row) for line in out.splitlines()), out
     assert f"by {by}, every hour that overlaps the window counts whole" in out
     assert "Utilisation per GPU" in out  # the chart is per GPU whatever the grouping
+
+
+@pytest.mark.parametrize(("by", "shown"), [("job", "x[/bold]y"), ("tag", "team=[/]"), ("user", "[red]eve")])
+def test_names_that_look_like_markup_are_shown_as_written(box: Box, by: str, shown: str) -> None:
+    """A job name, tag value or user is anyone's text: "[/]" in one once ended the report in a traceback."""
+    odd = Allocation(1, 1, "train", ("GPU-0",), name="x[/bold]y", user="[red]eve", tags={"team": "[/]"})
+
+    def scene(t: float) -> tuple[BoxSnapshot, Iterable[Allocation]]:
+        return snap(t, [gpu("GPU-0", 0, gpu_busy=50.0)], [proc(1, "GPU-0", user="[red]eve", job_id=1)]), [odd]
+
+    with LedgerStore(box.state_dir / "ledger.db") as store:
+        clock = Clock()
+        recorder = Recorder(store, interval_s=5, clock=clock)
+        drive(recorder, clock, scene, T0, T0 + 3600)
+        recorder.close()
+    out = text(box, "--by", by)
+    assert any(shown in line.split() for line in out.splitlines()), out
 
 
 def test_no_price_means_no_cost_in_the_summary(recorded: Box) -> None:
