@@ -55,7 +55,8 @@ class DoctorOptions:
         chosen: tuple[int, ...] | None = None
         if gpus is not None:
             try:
-                chosen = tuple(int(g) for g in gpus.split(","))
+                # a GPU named twice is benchmarked once: twice would double the run and repeat its checks
+                chosen = tuple(dict.fromkeys(int(g) for g in gpus.split(",")))
             except ValueError:
                 raise GpuboxError(f"--gpu: expected GPU indexes such as 0,2, got {gpus!r}", ExitCode.USAGE) from None
             if any(g < 0 for g in chosen):
