@@ -55,7 +55,8 @@ class DoctorOptions:
         chosen: tuple[int, ...] | None = None
         if gpus is not None:
             try:
-                chosen = tuple(int(g) for g in gpus.split(","))
+                # a GPU named twice is benchmarked once: twice would double the run and repeat its checks
+                chosen = tuple(dict.fromkeys(int(g) for g in gpus.split(",")))
             except ValueError:
                 raise GpuboxError(f"--gpu: expected GPU indexes such as 0,2, got {gpus!r}", ExitCode.USAGE) from None
             if any(g < 0 for g in chosen):
@@ -129,7 +130,9 @@ def _examine(
 
         view = HostView.live()
     if options.wants("host"):
-        checks += guarded("host", "Host", "host", HOST_TIMEOUT_S, lambda: _host(view, facts, t))
+        # only buffers this run allocates count against memory: none unless the copies run
+        copying = bool(chosen) and options.wants("transfer")
+        checks += guarded("host", "Host", "host", HOST_TIMEOUT_S, lambda: _host(view, facts, t, copying))
     samples: list[LinkSample] = []
     if options.wants("transfer"):
         from gpubox.doctor.transfer_run import run_transfers
@@ -202,12 +205,12 @@ def _library(facts: SystemFacts, torch: TorchFacts | None) -> list[Check]:
     return library_checks(facts, torch)
 
 
-def _host(view: Any, facts: SystemFacts, t: Thresholds) -> list[Check]:
+def _host(view: Any, facts: SystemFacts, t: Thresholds, copying: bool) -> list[Check]:
     from gpubox.doctor.host_checks import host_checks
     from gpubox.doctor.transfer_run import COPY_BYTES
 
-    # The transfer benchmark pins two buffers of COPY_BYTES: they must fit in available memory.
-    return host_checks(view, facts, t, pinned_bytes=2 * COPY_BYTES if facts.gpus else 0)
+    # The transfer benchmark holds two host buffers of COPY_BYTES (one pinned): they must fit in available memory.
+    return host_checks(view, facts, t, pinned_bytes=2 * COPY_BYTES if copying else 0)
 
 
 def _gpu(facts: SystemFacts, samples: list[LinkSample], t: Thresholds) -> list[Check]:

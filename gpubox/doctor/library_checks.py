@@ -14,6 +14,7 @@ from typing import Any
 
 from gpubox.doctor.model import Check, SystemFacts, skipped
 from gpubox.doctor.torch_facts import TorchFacts
+from gpubox.telemetry.model import Reason
 
 # Minimum driver per CUDA major under minor-version compatibility (NVIDIA, CUDA Compatibility guide, table 1):
 # a torch built for any 12.x runs on >= 525.60.13, with limits (no PTX JIT of newer PTX, some features missing).
@@ -54,6 +55,9 @@ def nvml_check(facts: SystemFacts) -> Check:
     check_id, title = "driver.nvml", "NVIDIA driver (NVML)"
     if facts.nvml_error is None:
         cuda = f", CUDA {_cuda_text(facts.cuda_driver_version)}" if facts.cuda_driver_version else ""
+        lost = [g.index for g in facts.gpus if Reason.GPU_LOST.value in g.missing.values()]
+        if lost:
+            return _lost_check(facts, cuda, lost)
         return Check(
             id=check_id,
             title=title,
@@ -88,6 +92,32 @@ def nvml_check(facts: SystemFacts) -> Check:
         fix=fix,
         impact=impact,
         evidence={"nvml_error": error, "nvidia_devices": True},
+    )
+
+
+def _lost_check(facts: SystemFacts, cuda: str, lost: list[int]) -> Check:
+    """NVML answers, but a GPU it lists has fallen off the bus: every other check of that GPU can only
+    skip, so this is where the run fails for it."""
+    which = ", ".join(map(str, lost))
+    many = len(lost) > 1
+    gpus = f"GPU{'s' if many else ''} {which}"
+    return Check(
+        id="driver.nvml",
+        title="NVIDIA driver (NVML)",
+        category="driver",
+        status="fail",
+        detail=f"driver {facts.driver_version or '?'}{cuda}, {len(facts.gpus)} GPU(s); {gpus} fell off the bus",
+        value=facts.driver_version,
+        meaning=(
+            f"NVML answers that {gpus} {'are' if many else 'is'} lost (Xid 79): no process can use "
+            f"{'them' if many else 'it'} until the box is rebooted, and the other checks of {gpus} cannot run."
+        ),
+        fix=(
+            "sudo dmesg | grep -i xid shows when it fell off; reboot to bring it back. If it happens again, "
+            "reseat the GPU and check its power cables, its cooling and the slot's PCIe speed in the BIOS"
+        ),
+        impact=1.0,
+        evidence={"lost_gpus": lost},
     )
 
 

@@ -129,3 +129,12 @@ def test_quick_benchmarks_the_first_gpu_only_and_gpu_picks_others(tmp_path: Path
     assert [r["gpu"] for r in doc["data"]["benchmarks"]["transfer"]] == [0]
     code, doc = run_doctor(tmp_path, "--only", "transfer", "--gpu", "1")
     assert [r["gpu"] for r in doc["data"]["benchmarks"]["transfer"]] == [1]
+
+
+def test_a_gpu_named_twice_is_benchmarked_once(tmp_path: Path) -> None:
+    # `--gpu 0,1,0`: each GPU once, in the order first named; a check stays unique per GPU.
+    code, doc = run_doctor(tmp_path, "--only", "transfer", "--gpu", "0,1,0")
+    assert code == 0, doc["errors"]
+    assert [r["gpu"] for r in doc["data"]["benchmarks"]["transfer"]] == [0, 1]
+    keys = [(c["id"], c["gpu"]) for c in doc["data"]["checks"]]
+    assert len(keys) == len(set(keys))

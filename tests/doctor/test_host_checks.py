@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from gpubox.doctor.examine import DoctorOptions, Sources, examine
 from gpubox.doctor.host_checks import (
     cpus_check,
     governor_check,
@@ -30,6 +32,7 @@ from gpubox.doctor.host_view import (
 from gpubox.doctor.model import Check, GpuFacts, SystemFacts
 from gpubox.doctor.thresholds import Thresholds
 from tests.doctor.host_tree import HostTree, MiB, fake_statvfs, tmpfs
+from tests.fake_nvml import scenarios
 
 GiB = 1024 * MiB
 T = Thresholds()
@@ -468,3 +471,14 @@ def test_a_check_whose_read_hangs_costs_that_check_only(tree: HostTree, monkeypa
     assert checks["host.shm_size"].status == "warn" and "did not finish within 0.05 s" in checks["host.shm_size"].detail
     others = [c for id, c in checks.items() if id != "host.shm_size"]
     assert len(others) >= 5 and not any("did not finish" in c.detail for c in others)
+
+
+def test_only_host_does_not_count_copy_buffers_it_never_allocates(tree: HostTree, nvml: Any) -> None:
+    # 300 MiB available: too little for the copy benchmark's 512 MiB, but `--only host` runs no copies,
+    # so the memory check must not fail for them.
+    tree.meminfo(total_mib=2048, available_mib=300)
+    sources = Sources(nvml=nvml(scenarios.healthy(1)), host_view=tree.view(affinity=range(8)), env={})
+    report, _ = examine(DoctorOptions(only=frozenset({"host"})), T, sources)
+    memory = next(c for c in report.checks if c.id == "host.memory")
+    assert memory.status == "ok", memory.detail
+    assert memory.evidence["pinned_bytes"] == 0 and "to pin" not in memory.detail

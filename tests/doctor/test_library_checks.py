@@ -3,8 +3,10 @@ GPU box, kernels present, compatible, PTX only or missing, no NVML, no torch."""
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
+from gpubox.doctor.findings import exit_code
 from gpubox.doctor.interpreter import ScriptRun
 from gpubox.doctor.library_checks import (
     NO_KERNEL,
@@ -16,6 +18,7 @@ from gpubox.doctor.library_checks import (
 )
 from gpubox.doctor.model import Check, GpuFacts, SystemFacts
 from gpubox.doctor.torch_facts import TorchFacts, torch_facts_from, torch_facts_from_run
+from gpubox.exit_codes import ExitCode
 
 HOPPER_ARCHES = ["sm_50", "sm_60", "sm_70", "sm_75", "sm_80", "sm_86", "sm_90"]
 
@@ -290,3 +293,17 @@ def test_nvmls_sentence_inside_brackets_loses_its_full_stop() -> None:
     assert check.detail == (
         "no NVIDIA GPU on this box (NVML cannot start: no NVIDIA driver found (libnvidia-ml.so.1 is not installed))"
     )
+
+
+def test_a_gpu_that_fell_off_the_bus_fails_the_driver_check() -> None:
+    # NVML lists GPU 1 but answers "GPU is lost" for all of it: its own checks can only skip, so
+    # without this the run would end "nothing to fix" with exit 0.
+    lost = dataclasses.replace(gpu(1), missing=dict.fromkeys(("name", "temperature_c"), "gpu_lost"))
+    check = nvml_check(box(gpus=(gpu(0), lost)))
+    assert check.status == "fail" and check.impact == 1.0
+    assert "GPU 1 fell off the bus" in check.detail and "GPU 0" not in check.detail
+    assert check.fix is not None and "xid" in check.fix.lower() and "reboot" in check.fix
+    assert exit_code([check], no_gpu_but_asked=False) == ExitCode.CHECK_FAILED
+    # a figure the GPU merely does not support is no fault
+    unsupported = dataclasses.replace(gpu(1), missing={"temperature_c": "not_supported"})
+    assert nvml_check(box(gpus=(gpu(0), unsupported))).status == "ok"
