@@ -118,7 +118,10 @@ def loader(
         str, typer.Option("--device", metavar="DEVICE", help="auto (a GPU when there is one), cpu, or cuda:N.")
     ] = "auto",
     max_workers: Annotated[
-        int | None, typer.Option("--max-workers", metavar="N", help="Try num_workers up to N (default: usable CPUs).")
+        int | None,
+        typer.Option(
+            "--max-workers", metavar="N", help="Try num_workers up to N (default: usable CPUs; at most 4 a CPU, or 16)."
+        ),
     ] = None,
     budget: Annotated[
         float | None,

@@ -260,6 +260,14 @@ def parse_bench(doc: Mapping[str, Any]) -> LoaderBench:
         raise LoaderRunError(f"the loader benchmark printed results that cannot be read ({exc!r})") from None
 
 
+WORKERS_PER_CPU = 4  # more DataLoader workers than this per CPU only take turns on it
+
+
+def worker_limit(cpus: float) -> int:
+    """The most workers `--max-workers` may ask for with this many usable CPUs."""
+    return max(16, WORKERS_PER_CPU * math.ceil(cpus))
+
+
 def run_bench(options: LoaderOptions) -> Mapping[str, Any]:
     """Run loader_bench.py and return its JSON answer; the error it reports, as an exception."""
     from gpubox.doctor.interpreter import run_script
@@ -270,6 +278,13 @@ def run_bench(options: LoaderOptions) -> Mapping[str, Any]:
     # the script sees only its affinity: a container's cpuset and CPU quota are read here
     cpus = usable_cpus(HostView.live())
     max_workers = options.max_workers
+    known = cpus.count if cpus.count is not None else os.cpu_count()
+    if max_workers is not None and known is not None and max_workers > worker_limit(known):
+        # a typo (100000 for 10) would start that many processes on a shared box
+        raise LoaderUsageError(
+            f"--max-workers: at most {worker_limit(known)} ({WORKERS_PER_CPU} a usable CPU, {known:g} here),"
+            f" got {max_workers}"
+        )
     if max_workers is None and cpus.count is not None:
         max_workers = max(1, math.floor(cpus.count))
     if max_workers is not None:

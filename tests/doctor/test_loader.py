@@ -244,6 +244,38 @@ def test_max_workers_comes_from_the_usable_cpus_unless_given(
     assert data["cpus"]["usable"] == (16 if count is None else count)  # unknown: the script's own count
 
 
+@pytest.mark.parametrize(("count", "asked"), [(2.0, 17), (2.0, 100_000), (8.0, 33), (None, 100_000)])
+def test_max_workers_far_above_the_usable_cpus_is_a_usage_error(
+    count: float | None, asked: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A typo (100000 for 10) must not start that many worker processes on a shared box."""
+    from gpubox.doctor import interpreter
+
+    ran: list[str] = []
+    monkeypatch.setattr(loader_module, "usable_cpus", quota(count))
+    monkeypatch.setattr(loader_module.os, "cpu_count", lambda: 2)
+    monkeypatch.setattr(interpreter, "run_script", lambda script, *_, **__: ran.append(script))
+    with pytest.raises(LoaderUsageError, match=r"^--max-workers: at most (16|32) ") as caught:
+        run_bench(options(f"{TARGETS}:slow", max_workers=asked))
+    assert caught.value.code == ExitCode.USAGE
+    assert ran == []
+
+
+def test_max_workers_up_to_the_limit_runs(monkeypatch: pytest.MonkeyPatch) -> None:
+    from gpubox.doctor import interpreter
+
+    seen: list[list[str]] = []
+
+    def fake_run(script: str, args: list[str], **_: Any) -> interpreter.ScriptRun:
+        seen.append(list(args))
+        return interpreter.ScriptRun(sys.executable, (script, *args), doc([run(0, 10.0, 0.5, own=True)]), None, 0, 1.0)
+
+    monkeypatch.setattr(loader_module, "usable_cpus", quota(8.0))
+    monkeypatch.setattr(interpreter, "run_script", fake_run)
+    run_bench(options(f"{TARGETS}:slow", max_workers=32))
+    assert seen[0][seen[0].index("--max-workers") + 1] == "32"
+
+
 def test_a_users_module_is_not_hidden_by_gpuboxs_own(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """gpubox/doctor holds a model.py too: the user's, on PYTHONPATH, must be the one imported."""
     (tmp_path / "model.py").write_text("USER_ONLY = 7\n")
