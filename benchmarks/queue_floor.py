@@ -1,15 +1,21 @@
-"""The floor under any queue that keeps a durable record and logs, in two shapes, against
+"""The floor under any queue that keeps a durable record and logs, in three shapes, against
 task-spooler in the same run.
 
 For each of N `true` jobs, one after another, each shape does only what the record needs: a
-commit that starts the job, two log files, `posix_spawn`, the wait, an exit record, a commit
-that ends it (SQLite in WAL mode, synchronous=NORMAL).
+commit that starts the job, two log files, `posix_spawn`, the wait, a commit that ends it
+(SQLite in WAL mode, synchronous=NORMAL).
 
-- `one`: a single Python process does it all (no daemon, no supervisor);
-- `runner`: a planner process commits and sends each launch over a socket to one long-lived
-  runner process, which starts the job, waits on a pidfd and answers; the planner records the
-  end and the next start in one transaction. This is the cheapest shape a daemon whose jobs
-  outlive it can take: one runner for every job instead of a supervisor per job.
+- `one`: a single Python process does it all (no daemon, no supervisor), and writes an exit
+  record for each job;
+- `runner`: gpubox's shape, less its supervisor per job. A planner sends the next launch over a
+  socket to one long-lived runner process while the job before runs; the runner opens its logs
+  and waits. When a job ends (the runner waits on a pidfd and answers), the planner records the
+  end and the next start in one transaction and says "go". One runner for every job instead of
+  a supervisor per job: the cheapest form of this shape.
+- `chained`: the planner hands the next launch to the runner while the current job runs; the
+  runner opens its logs then, and when the job ends records the end and the next start in one
+  transaction of its own (checking that the queue's revision has not moved) and starts it at
+  once, telling the planner afterwards. The planner is off the path from one job to the next.
 - `tsp`: task-spooler, one `tsp true` a job, then `tsp -w` (skipped when it is not installed).
 
     .venv/bin/python benchmarks/queue_floor.py --jobs 1000 --rounds 5
@@ -53,8 +59,12 @@ def _spawn(folder: str, job: int, argv: list[str], env: dict[str, str]) -> int:
         os.close(err)
 
 
+def _end(job: int, status: int) -> bytes:
+    return json.dumps({"job": job, "exit_code": os.waitstatus_to_exitcode(status), "ended_at": time.time()}).encode()
+
+
 def _exit_record(folder: str, job: int, status: int) -> bytes:
-    record = json.dumps({"job": job, "exit_code": os.waitstatus_to_exitcode(status), "ended_at": time.time()})
+    record = _end(job, status).decode()
     fd = os.open(os.path.join(folder, f"{job}.exit"), os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
     os.write(fd, record.encode())
     os.close(fd)
@@ -81,25 +91,40 @@ def one_process(n: int) -> float:
 
 
 def _runner(control: socket.socket, folder: str) -> None:
-    """Start each launch it is sent; answer with the exit record when the job ends."""
+    """Prepare each launch it is sent (its logs), while the job before runs; start it on "go";
+    answer with the job's end."""
     sel = selectors.DefaultSelector()
     sel.register(control, selectors.EVENT_READ, None)
     env = dict(os.environ)
+    prepared: tuple[int, list[str], int, int] | None = None  # the next job, its argv, its two logs
     while True:
         for key, _ in sel.select():
             if key.data is None:
                 message = control.recv(65536)
                 if not message:
                     return
-                launch = json.loads(message)
-                pid = _spawn(folder, launch["id"], launch["argv"], env)
-                sel.register(os.pidfd_open(pid), selectors.EVENT_READ, (launch["id"], pid))
+                if message != b"G":
+                    launch = json.loads(message)
+                    out = os.open(os.path.join(folder, f"{launch['id']}.out"), FLAGS, 0o600)
+                    err = os.open(os.path.join(folder, f"{launch['id']}.err"), FLAGS, 0o600)
+                    prepared = (int(launch["id"]), [str(a) for a in launch["argv"]], out, err)
+                    continue
+                assert prepared is not None
+                job, argv, out, err = prepared
+                prepared = None
+                actions = [(os.POSIX_SPAWN_DUP2, out, 1), (os.POSIX_SPAWN_DUP2, err, 2)]
+                pid = os.posix_spawnp(argv[0], argv, env, file_actions=actions, setpgroup=0)
+                os.close(out)
+                os.close(err)
+                sel.register(os.pidfd_open(pid), selectors.EVENT_READ, (job, pid))
             else:
                 job, pid = key.data
                 sel.unregister(key.fd)
                 os.close(key.fd)
                 _, status = os.waitpid(pid, 0)
-                control.send(_exit_record(folder, job, status))
+                # The end goes over the socket; gpubox writes an exit record only when its daemon
+                # does not acknowledge it.
+                control.send(_end(job, status))
 
 
 def planner_and_runner(n: int) -> float:
@@ -114,28 +139,144 @@ def planner_and_runner(n: int) -> float:
             os._exit(0)
     theirs.close()
     db = _db(folder, n)
+    queued = [row[0] for row in db.execute("SELECT id FROM jobs WHERE state = 'queued' ORDER BY id")]
+
+    def prepare(job: int) -> None:
+        row = db.execute("SELECT id, argv FROM jobs WHERE id = ?", (job,)).fetchone()
+        ours.send(json.dumps({"id": row[0], "argv": json.loads(row[1])}).encode())
 
     def end_and_start(ended: dict[str, int] | None) -> bool:
+        """Record the end and the start of the job prepared, say go, then prepare the one after."""
         db.execute("BEGIN IMMEDIATE")
         if ended is not None:
             db.execute(
                 "UPDATE jobs SET state = 'succeeded', exit_code = ? WHERE id = ?", (ended["exit_code"], ended["job"])
             )
-        row = db.execute("SELECT id, argv FROM jobs WHERE state = 'queued' ORDER BY id LIMIT 1").fetchone()
-        if row is not None:
-            db.execute("UPDATE jobs SET state = 'running' WHERE id = ?", (row[0],))
+        nxt = queued.pop(0) if queued else None
+        if nxt is not None:
+            db.execute("UPDATE jobs SET state = 'running' WHERE id = ?", (nxt,))
         db.execute("COMMIT")
-        if row is not None:
-            ours.send(json.dumps({"id": row[0], "argv": json.loads(row[1])}).encode())
-        return row is not None
+        if nxt is None:
+            return False
+        ours.send(b"G")
+        if queued:
+            prepare(queued[0])
+        return True
 
     t0 = time.perf_counter()
+    if queued:
+        prepare(queued[0])
     running = end_and_start(None)
     while running:
         running = end_and_start(json.loads(ours.recv(65536)))
     took = time.perf_counter() - t0
     ours.close()
     os.waitpid(pid, 0)
+    assert db.execute("SELECT count(*) FROM jobs WHERE state = 'succeeded'").fetchone()[0] == n
+    shutil.rmtree(folder)
+    return took
+
+
+def _chained_runner(control: socket.socket, folder: str, db_path: str) -> None:
+    """Run the launch it was given; while a job runs, take and prepare the next one; when the job
+    ends, record its end and the next start in one transaction of its own (if the queue is as
+    the planner saw it), start the next job at once, then tell the planner."""
+    db = sqlite3.connect(db_path, isolation_level=None)
+    db.execute("PRAGMA synchronous=NORMAL")
+    env = dict(os.environ)
+    sel = selectors.DefaultSelector()
+    sel.register(control, selectors.EVENT_READ, None)
+    prepared: tuple[int, list[str], int, int] | None = None  # the next job, its argv, its two logs
+    running: tuple[int, int] | None = None  # job, pid
+    while True:
+        for key, _ in sel.select():
+            if key.data is None:
+                message = control.recv(65536)
+                if not message:
+                    return
+                launch = json.loads(message)
+                flags = FLAGS
+                out = os.open(os.path.join(folder, f"{launch['id']}.out"), flags, 0o600)
+                err = os.open(os.path.join(folder, f"{launch['id']}.err"), flags, 0o600)
+                prepared = (int(launch["id"]), [str(a) for a in launch["argv"]], out, err)
+                if running is not None:
+                    continue
+                db.execute("BEGIN IMMEDIATE")
+                db.execute("UPDATE jobs SET state = 'running' WHERE id = ?", (prepared[0],))
+                db.execute("COMMIT")
+            else:
+                job, pid = key.data
+                sel.unregister(key.fd)
+                os.close(key.fd)
+                _, status = os.waitpid(pid, 0)
+                running = None
+                db.execute("BEGIN IMMEDIATE")
+                db.execute("SELECT value FROM rev").fetchone()  # the planner's guess still holds
+                db.execute(
+                    "UPDATE jobs SET state = 'succeeded', exit_code = ? WHERE id = ?",
+                    (os.waitstatus_to_exitcode(status), job),
+                )
+                if prepared is not None:
+                    db.execute("UPDATE jobs SET state = 'running' WHERE id = ?", (prepared[0],))
+                db.execute("COMMIT")
+                if prepared is None:
+                    control.send(json.dumps({"ended": job}).encode())
+                    continue
+            assert prepared is not None
+            job, argv, out, err = prepared
+            prepared = None
+            actions = [(os.POSIX_SPAWN_DUP2, out, 1), (os.POSIX_SPAWN_DUP2, err, 2)]
+            pid = os.posix_spawnp(argv[0], argv, env, file_actions=actions, setpgroup=0)
+            os.close(out)
+            os.close(err)
+            running = (job, pid)
+            sel.register(os.pidfd_open(pid), selectors.EVENT_READ, running)
+            control.send(json.dumps({"started": job}).encode())
+
+
+def planner_and_chained_runner(n: int) -> float:
+    folder = tempfile.mkdtemp(prefix="gpubox-floor-")
+    db = _db(folder, n)
+    # Every change to a job moves the revision: a runner starts the next job only if it has not
+    # moved since the planner chose that job.
+    db.execute("CREATE TABLE rev (value INTEGER)")
+    db.execute("INSERT INTO rev VALUES (0)")
+    db.execute("CREATE TRIGGER jobs_rev AFTER UPDATE ON jobs BEGIN UPDATE rev SET value = value + 1; END")
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    pid = os.fork()
+    if pid == 0:
+        ours.close()
+        try:
+            _chained_runner(theirs, folder, os.path.join(folder, "q.db"))
+        finally:
+            os._exit(0)
+    theirs.close()
+    queued = [row[0] for row in db.execute("SELECT id FROM jobs WHERE state = 'queued' ORDER BY id")]
+    in_flight = 0  # launches sent and not started yet
+
+    def send_next() -> None:
+        nonlocal in_flight
+        row = db.execute("SELECT id, argv FROM jobs WHERE id = ?", (queued.pop(0),)).fetchone()
+        ours.send(json.dumps({"id": row[0], "argv": json.loads(row[1])}).encode())
+        in_flight += 1
+
+    t0 = time.perf_counter()
+    if queued:
+        send_next()
+    while in_flight or queued:
+        said = json.loads(ours.recv(65536))
+        if "started" in said:
+            in_flight -= 1
+            if queued:  # plan the next while this one runs
+                send_next()
+        elif not in_flight:
+            break  # ended with nothing prepared or on its way: the stream is done
+    while in_flight == 0 and "ended" not in said:  # the last job's end
+        said = json.loads(ours.recv(65536))
+    took = time.perf_counter() - t0
+    ours.close()
+    os.waitpid(pid, 0)
+    assert db.execute("SELECT count(*) FROM jobs WHERE state = 'succeeded'").fetchone()[0] == n
     shutil.rmtree(folder)
     return took
 
@@ -162,7 +303,12 @@ def main() -> int:
     parser.add_argument("--jobs", type=int, default=1000)
     parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
-    shapes = {"one": one_process, "runner": planner_and_runner, "tsp": task_spooler}
+    shapes = {
+        "one": one_process,
+        "runner": planner_and_runner,
+        "chained": planner_and_chained_runner,
+        "tsp": task_spooler,
+    }
     times: dict[str, list[float]] = {name: [] for name in shapes}
     for _ in range(args.rounds):  # interleaved: a slow moment of the machine hits every shape
         for name, run in shapes.items():
