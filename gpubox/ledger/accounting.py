@@ -108,14 +108,28 @@ def reading(value: float | None) -> float | None:
     return value if value is not None and math.isfinite(value) else None
 
 
+# Above any GPU's draw, a whole board included: a counter that gains more than this, or a power
+# reading above it, was misread (all ones is how NVML says "not available"), not measured.
+MAX_POWER_W = 5000.0
+
+
+def energy_counter(gpu: GpuSnapshot) -> int | None:
+    """The GPU's energy counter (mJ), or None where there is none to trust: one beyond 64-bit signed
+    range is a misread, and could not be stored either."""
+    counter = gpu.energy_mj
+    return counter if counter is not None and 0 <= counter < 1 << 63 else None
+
+
 def interval_energy(mark: GpuMark, gpu: GpuSnapshot, seconds: float) -> tuple[float | None, bool]:
     """Joules over the interval, and whether they are estimated from power × time."""
-    if mark.energy_mj is not None and gpu.energy_mj is not None:
-        if gpu.energy_mj < mark.energy_mj:
+    counter = energy_counter(gpu)
+    if mark.energy_mj is not None and counter is not None:
+        if counter < mark.energy_mj:
             return None, False  # the counter restarted (driver reload): a gap for energy, never negative
-        return (gpu.energy_mj - mark.energy_mj) / 1000.0, False
+        joules = (counter - mark.energy_mj) / 1000.0
+        return (joules, False) if joules <= MAX_POWER_W * seconds else (None, False)
     power_w = reading(gpu.power_w)
-    if power_w is not None and not gpu.lost:
+    if power_w is not None and power_w <= MAX_POWER_W and not gpu.lost:
         return power_w * seconds, True
     return None, False
 

@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import replace
 
-from gpubox.ledger.accounting import Allocation, Gap, GpuMark, account_interval
+from gpubox.ledger.accounting import Allocation, Gap, GpuMark, account_interval, energy_counter
 from gpubox.ledger.rollup import GpuSeen, Rollup
 from gpubox.ledger.store import LedgerStore
 from gpubox.telemetry.model import BoxSnapshot, ProcessSnapshot
@@ -113,7 +113,7 @@ class Recorder:
                 elif found is not None:
                     # a MIG card's jobs are charged on its instances, where their work runs, not twice
                     self._rollup.add(replace(found, attempts=()) if parent else found)
-            new_mark = GpuMark(taken_at, gpu.energy_mj)
+            new_mark = GpuMark(taken_at, energy_counter(gpu))
             self._marks[gpu.uuid] = new_mark
             self._rollup.see_gpu(GpuSeen(gpu.uuid, gpu.index, gpu.name, gpu.mig_instance, parent, new_mark))
         if waiting is not None:

@@ -93,6 +93,23 @@ def test_energy_from_the_counter_estimated_from_power_or_a_gap_after_a_reset() -
     assert (reset.gpu.energy_j, reset.gpu.energy_known_s) == (0, 0)  # a gap for energy, never negative
 
 
+@pytest.mark.parametrize(
+    ("mark_mj", "figures"),
+    [
+        (1_000_000, {"energy_mj": (1 << 64) - 1}),  # all ones: NVML's "not available"
+        (1_000_000, {"energy_mj": 1_000_000 + 10 * 5_001_000}),  # more than 5 kW for 10 s
+        (None, {"power_w": 0xFFFFFFFF / 1000}),
+    ],
+)
+def test_a_misread_energy_counter_or_power_is_no_figure(mark_mj: int | None, figures: dict[str, object]) -> None:
+    found = interval(account_interval(GpuMark(T0, mark_mj), gpu(**figures), T0 + 10, [], [], 15))
+    assert (found.gpu.energy_j, found.gpu.energy_estimated_j, found.gpu.energy_known_s) == (0, 0, 0)
+    most = interval(
+        account_interval(GpuMark(T0, 1_000_000), gpu(energy_mj=1_000_000 + 10 * 4_999_000), T0 + 10, [], [], 15)
+    )
+    assert most.gpu.energy_j == pytest.approx(49_990)  # a big board's draw is still a figure
+
+
 def test_an_interval_longer_than_the_max_gap_is_a_gap() -> None:
     found = account_interval(GpuMark(T0), gpu(gpu_busy=100.0), T0 + 16, [], [job(1, "GPU-0")], max_gap_s=15)
     assert found == Gap("GPU-0", T0, T0 + 16)

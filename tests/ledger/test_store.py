@@ -169,3 +169,28 @@ def test_a_figure_that_is_not_a_number_does_not_stop_the_ledger_writing(tmp_path
     assert total.observed_gpu_hours == total.allocated_gpu_hours == pytest.approx(600 / 3600)
     assert total.busy_gpu_hours == pytest.approx(300 / 3600)
     assert total.pcie_tx_bytes is None and total.pcie_rx_bytes is None
+
+
+def test_a_misread_energy_counter_is_no_figure_and_does_not_stop_the_ledger(tmp_path: Path) -> None:
+    """One read of the energy counter (or of the power) far above any GPU's draw, such as all ones
+    for "not available", is no figure: not 10^16 J in the report, and no value that cannot be
+    stored and so stops every later write."""
+    store = open_store(tmp_path)
+    clock = Clock()
+    recorder = Recorder(store, interval_s=5, clock=clock, flush_every_s=0)
+    watts = 700
+
+    def misread(t: float) -> tuple[BoxSnapshot, Iterable[Allocation]]:
+        counter = int(T0 * 1000 + (t - T0) * watts * 1000)  # mJ, steady at 700 W
+        if T0 + 100 <= t < T0 + 110:
+            return snap(t, [gpu("GPU-0", 0, gpu_busy=50.0, energy_mj=(1 << 64) - 1)]), [job(1, "GPU-0")]
+        if T0 + 300 <= t < T0 + 310:
+            return snap(t, [gpu("GPU-0", 0, gpu_busy=50.0, power_w=float(0xFFFFFFFF) / 1000)]), [job(1, "GPU-0")]
+        return snap(t, [gpu("GPU-0", 0, gpu_busy=50.0, energy_mj=counter)]), [job(1, "GPU-0")]
+
+    drive(recorder, clock, misread, T0, T0 + 600)
+    total = build_report(store, T0, T0 + 600, now=T0 + 600).total
+    assert total.observed_gpu_hours == pytest.approx(600 / 3600)  # written to the end
+    assert total.energy_kwh is not None
+    assert 0 < total.energy_kwh * 3.6e6 <= watts * 600
+    assert total.energy_kwh * 3.6e6 >= watts * (600 - 60)  # only the misread intervals are missing
