@@ -23,8 +23,9 @@ def _parse_bool(raw: object) -> bool:
     text = str(raw).strip().lower()
     if text in {"1", "true", "yes", "on"}:
         return True
-    if text in {"0", "false", "no", "off", ""}:
+    if text in {"0", "false", "no", "off"}:
         return False
+    # Empty is refused, as for numbers: `GPUBOX_QUEUE_PREEMPT=` is a value left out, not "false".
     raise ValueError(f"expected true or false, got {raw!r}")
 
 
@@ -148,15 +149,22 @@ class Config:
         return self.values[key]
 
 
-def _flatten(doc: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+def _flatten(doc: Mapping[str, Any]) -> dict[str, Any]:
+    """`[top] interval = 1` as {"top.interval": 1}. No setting is deeper than a table, so a deeper
+    table stays whole, under its name, and is refused as an unknown setting (unbounded recursion
+    into `[a.a.a.….a]` would fail with a traceback)."""
     flat: dict[str, Any] = {}
     for key, value in doc.items():
-        name = f"{prefix}{key}"
         if isinstance(value, dict):
-            flat.update(_flatten(value, name + "."))
+            flat.update({f"{key}.{sub}": inner for sub, inner in value.items()})
         else:
-            flat[name] = value
+            flat[key] = value
     return flat
+
+
+# A config file is a few dozen lines; one far larger is not one (a log named by mistake, say),
+# and reading it whole would cost memory many times its size.
+MAX_CONFIG_BYTES = 1 << 20
 
 
 def _read_toml(path: Path) -> dict[str, Any]:
@@ -182,9 +190,14 @@ def _read_toml(path: Path) -> dict[str, Any]:
         raise GpuboxError(f"config file {path}: not a regular file{what}", ExitCode.USAGE)
     try:
         with path.open("rb") as fh:
-            return _flatten(tomllib.load(fh))
+            data = fh.read(MAX_CONFIG_BYTES + 1)
+        if len(data) > MAX_CONFIG_BYTES:
+            raise GpuboxError(f"config file {path}: larger than 1 MiB, too large to be a config file", ExitCode.USAGE)
+        return _flatten(tomllib.loads(data.decode()))
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise GpuboxError(f"config file {path}: {exc}", ExitCode.USAGE) from exc
+    except RecursionError:  # tomllib parses nested arrays and inline tables by recursion
+        raise GpuboxError(f"config file {path}: values nested too deeply", ExitCode.USAGE) from None
     except OSError as exc:
         raise GpuboxError(f"config file {path}: {_unreadable(exc)}", ExitCode.USAGE) from None
 
@@ -197,13 +210,23 @@ def _unreadable(exc: OSError) -> str:
 def _apply(layer: Mapping[str, Any], source: str, values: dict[str, Any], sources: dict[str, str]) -> None:
     for key, raw in layer.items():
         if key not in SCHEMA:
-            raise GpuboxError(f"{source}: unknown setting {key!r}", ExitCode.USAGE)
+            raise GpuboxError(f"{source}: unknown setting {key!r}{_did_you_mean(key)}", ExitCode.USAGE)
         parser = SCHEMA[key][0]
         try:
             values[key] = parser(raw)
         except (TypeError, ValueError) as exc:
             raise GpuboxError(f"{source}: {key}: {exc}", ExitCode.USAGE) from exc
         sources[key] = source
+
+
+def _did_you_mean(key: str) -> str:
+    """The known setting `key` is most likely a misspelling of, if any; case aside, as TOML keys
+    are case-sensitive and `doctor.data_warn_MBps` is easy to write in lower case."""
+    import difflib
+
+    by_lower = {known.lower(): known for known in SCHEMA}
+    close = difflib.get_close_matches(key.lower(), by_lower, n=1)
+    return f" (did you mean {by_lower[close[0]]!r}?)" if close else ""
 
 
 def load_config(

@@ -209,3 +209,70 @@ def test_every_command_that_loads_settings_refuses_an_unreadable_config(tmp_path
     path.unlink()
     listed = _gpubox(tmp_path, "queue", "ls", "--json")
     assert listed.returncode == 0 and json.loads(listed.stdout)["data"]["jobs"] == []
+
+
+@pytest.mark.parametrize("raw", ["", " "])
+@pytest.mark.parametrize("key", ["color", "queue.preempt", "top.loader_sampling"])
+def test_an_empty_true_or_false_setting_is_refused_not_read_as_false(tmp_path: Path, key: str, raw: str) -> None:
+    """As an empty number is: `GPUBOX_QUEUE_BACKFILL=` is a value left out, not a choice."""
+    env, paths = _paths(tmp_path)
+    env[f"GPUBOX_{key.upper().replace('.', '_')}"] = raw
+    with pytest.raises(GpuboxError, match=f"{key}: expected true or false") as err:
+        load_config({}, env, paths)
+    assert err.value.code == ExitCode.USAGE
+    del env[f"GPUBOX_{key.upper().replace('.', '_')}"]
+    paths.user_config_file.parent.mkdir(parents=True)
+    section, _, name = key.rpartition(".")
+    paths.user_config_file.write_text((f"[{section}]\n" if section else "") + f'{name} = "{raw}"\n')
+    with pytest.raises(GpuboxError, match=f"{key}: expected true or false"):
+        load_config({}, env, paths)
+
+
+@pytest.mark.parametrize(
+    ("text", "why"),
+    [
+        ("[" + ".".join(["a"] * 5000) + "]\nx = 1\n", "unknown setting 'a.a'"),  # tables in tables
+        ("x = " + "{a = " * 3000 + "1" + "}" * 3000 + "\n", "config file {path}: values nested too deeply"),
+        ("x = " + "[" * 3000 + "]" * 3000 + "\n", "config file {path}: values nested too deeply"),
+    ],
+    ids=["tables", "inline tables", "arrays"],
+)
+def test_a_deeply_nested_config_is_one_line_not_a_traceback(tmp_path: Path, text: str, why: str) -> None:
+    path = tmp_path / "home/.config/gpubox/config.toml"
+    path.parent.mkdir(parents=True)
+    path.write_text(text)
+    result = _gpubox(tmp_path, "top", "--once", "--demo")
+    assert result.returncode == ExitCode.USAGE, result.stderr
+    assert result.stderr.count("\n") == 1 and why.format(path=path) in result.stderr, result.stderr
+
+
+def test_a_config_file_far_too_large_to_be_one_is_refused_unread(tmp_path: Path) -> None:
+    """A log or a dump named as the config by mistake: refused, not read whole into memory."""
+    env, paths = _paths(tmp_path)
+    with paths.system_config_file.open("w") as fh:
+        fh.write("color = false\n" + "#" * (2 << 20) + "\n")
+    with pytest.raises(GpuboxError) as err:
+        load_config({}, env, paths)
+    assert err.value.code == ExitCode.USAGE
+    why = "larger than 1 MiB, too large to be a config file"
+    assert err.value.message == f"config file {paths.system_config_file}: {why}"
+    paths.system_config_file.write_text("color = false\n" + "#" * 1000 + "\n")  # a long comment is fine
+    assert load_config({}, env, paths).get("color") is False
+
+
+@pytest.mark.parametrize(
+    ("text", "suggestion"),
+    [
+        ("[top]\nintervl = 1\n", "unknown setting 'top.intervl' (did you mean 'top.interval'?)"),
+        ("[doctor]\ndata_warn_mbps = 1\n", "(did you mean 'doctor.data_warn_MBps'?)"),
+        ("[queue]\nzzz = 1\n", "unknown setting 'queue.zzz'"),
+    ],
+)
+def test_an_unknown_setting_names_the_one_it_is_close_to(tmp_path: Path, text: str, suggestion: str) -> None:
+    env, paths = _paths(tmp_path)
+    paths.system_config_file.write_text(text)
+    with pytest.raises(GpuboxError) as err:
+        load_config({}, env, paths)
+    assert suggestion in err.value.message
+    if "did you mean" not in suggestion:
+        assert "did you mean" not in err.value.message
