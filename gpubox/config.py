@@ -132,7 +132,11 @@ SCHEMA: dict[str, tuple[Callable[[object], Any], Any]] = {
     "report.gpu_hour_price": (_parse_price, None),  # price of one GPU-hour, for costs in reports
     "report.kwh_price": (_parse_price, None),  # price of one kWh, optional
     # The doctor's thresholds, from gpubox/doctor/thresholds.py (docs/doctor.md gives their sources).
-    **{key: (_parse_threshold, default) for key, default in _DOCTOR_DEFAULTS.items()},
+    # A share is 0 to 1, as top.loader_wait_threshold: 70 meant as 70% would make every check warn.
+    **{
+        key: (_parse_fraction if key.endswith("_fraction") else _parse_threshold, default)
+        for key, default in _DOCTOR_DEFAULTS.items()
+    },
 }
 
 
@@ -247,4 +251,28 @@ def load_config(
     if env.get("NO_COLOR") and env_name("color") not in env:
         values["color"], sources["color"] = False, "NO_COLOR"
     _apply({k: v for k, v in (flags or {}).items() if v is not None}, "command line", values, sources)
+    _check_together(values, sources)
     return Config(values, sources)
+
+
+# (lower, upper): settings set by the user that the other must not be below. A default that the
+# user's other setting passes gives way instead (ledger.retention_days = 30 keeps minutes 30 days).
+_ORDERED = (
+    ("doctor.transfer_fail_fraction", "doctor.transfer_warn_fraction"),  # else a copy fails, never warns
+    ("ledger.minute_retention_days", "ledger.retention_days"),  # minutes cannot outlive their hours
+)
+
+
+def _check_together(values: dict[str, Any], sources: dict[str, str]) -> None:
+    """Refuse two settings that contradict each other, naming where each came from, rather than
+    let one quietly override the other."""
+    for low, high in _ORDERED:
+        if values[low] <= values[high]:
+            continue
+        if sources[low] == "default":
+            values[low], sources[low] = values[high], sources[high]
+            continue
+        where = "the default" if sources[high] == "default" else f"from {sources[high]}"
+        raise GpuboxError(
+            f"{sources[low]}: {low} ({values[low]:g}) is above {high} ({values[high]:g}, {where})", ExitCode.USAGE
+        )

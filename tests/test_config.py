@@ -276,3 +276,43 @@ def test_an_unknown_setting_names_the_one_it_is_close_to(tmp_path: Path, text: s
     assert suggestion in err.value.message
     if "did you mean" not in suggestion:
         assert "did you mean" not in err.value.message
+
+
+@pytest.mark.parametrize("key", ["doctor.transfer_warn_fraction", "doctor.mem_available_warn_fraction"])
+def test_a_doctor_share_is_a_fraction_not_a_percentage(tmp_path: Path, key: str) -> None:
+    """70 meant as 70% would make every copy warn; top.loader_wait_threshold refuses it too."""
+    env, paths = _paths(tmp_path)
+    env[f"GPUBOX_{key.upper().replace('.', '_')}"] = "70"
+    with pytest.raises(GpuboxError, match=f"{key}: must be a fraction from 0 to 1") as err:
+        load_config({}, env, paths)
+    assert err.value.code == ExitCode.USAGE
+    env[f"GPUBOX_{key.upper().replace('.', '_')}"] = "0.35"
+    assert load_config({}, env, paths).get(key) == 0.35
+
+
+def test_settings_that_contradict_each_other_are_refused_naming_both(tmp_path: Path) -> None:
+    env, paths = _paths(tmp_path)
+    paths.system_config_file.write_text("[ledger]\nretention_days = 30\n")
+    env["GPUBOX_LEDGER_MINUTE_RETENTION_DAYS"] = "60"
+    with pytest.raises(GpuboxError) as err:
+        load_config({}, env, paths)
+    assert err.value.code == ExitCode.USAGE
+    assert err.value.message == (
+        "environment variable GPUBOX_LEDGER_MINUTE_RETENTION_DAYS: ledger.minute_retention_days (60) is above"
+        f" ledger.retention_days (30, from {paths.system_config_file})"
+    )
+    del env["GPUBOX_LEDGER_MINUTE_RETENTION_DAYS"]
+    env["GPUBOX_DOCTOR_TRANSFER_FAIL_FRACTION"] = "0.8"  # a copy at 75% would fail and never warn
+    with pytest.raises(GpuboxError, match=r"transfer_fail_fraction \(0.8\) is above .*\(0.7, the default\)"):
+        load_config({}, env, paths)
+
+
+def test_a_default_gives_way_to_the_setting_it_would_contradict(tmp_path: Path) -> None:
+    """Hours kept 30 days: minutes (35 by default) are kept as long, and the config says so."""
+    env, paths = _paths(tmp_path)
+    env["GPUBOX_LEDGER_RETENTION_DAYS"] = "30"
+    env["GPUBOX_DOCTOR_TRANSFER_WARN_FRACTION"] = "0.3"
+    cfg = load_config({}, env, paths)
+    assert cfg.get("ledger.minute_retention_days") == 30
+    assert cfg.sources["ledger.minute_retention_days"] == "environment variable GPUBOX_LEDGER_RETENTION_DAYS"
+    assert cfg.get("doctor.transfer_fail_fraction") == 0.3
