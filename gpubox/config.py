@@ -23,8 +23,9 @@ def _parse_bool(raw: object) -> bool:
     text = str(raw).strip().lower()
     if text in {"1", "true", "yes", "on"}:
         return True
-    if text in {"0", "false", "no", "off", ""}:
+    if text in {"0", "false", "no", "off"}:
         return False
+    # Empty is refused, as for numbers: `GPUBOX_QUEUE_PREEMPT=` is a value left out, not "false".
     raise ValueError(f"expected true or false, got {raw!r}")
 
 
@@ -131,7 +132,11 @@ SCHEMA: dict[str, tuple[Callable[[object], Any], Any]] = {
     "report.gpu_hour_price": (_parse_price, None),  # price of one GPU-hour, for costs in reports
     "report.kwh_price": (_parse_price, None),  # price of one kWh, optional
     # The doctor's thresholds, from gpubox/doctor/thresholds.py (docs/doctor.md gives their sources).
-    **{key: (_parse_threshold, default) for key, default in _DOCTOR_DEFAULTS.items()},
+    # A share is 0 to 1, as top.loader_wait_threshold: 70 meant as 70% would make every check warn.
+    **{
+        key: (_parse_fraction if key.endswith("_fraction") else _parse_threshold, default)
+        for key, default in _DOCTOR_DEFAULTS.items()
+    },
 }
 
 
@@ -148,15 +153,22 @@ class Config:
         return self.values[key]
 
 
-def _flatten(doc: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+def _flatten(doc: Mapping[str, Any]) -> dict[str, Any]:
+    """`[top] interval = 1` as {"top.interval": 1}. No setting is deeper than a table, so a deeper
+    table stays whole, under its name, and is refused as an unknown setting (unbounded recursion
+    into `[a.a.a.….a]` would fail with a traceback)."""
     flat: dict[str, Any] = {}
     for key, value in doc.items():
-        name = f"{prefix}{key}"
         if isinstance(value, dict):
-            flat.update(_flatten(value, name + "."))
+            flat.update({f"{key}.{sub}": inner for sub, inner in value.items()})
         else:
-            flat[name] = value
+            flat[key] = value
     return flat
+
+
+# A config file is a few dozen lines; one far larger is not one (a log named by mistake, say),
+# and reading it whole would cost memory many times its size.
+MAX_CONFIG_BYTES = 1 << 20
 
 
 def _read_toml(path: Path) -> dict[str, Any]:
@@ -182,9 +194,14 @@ def _read_toml(path: Path) -> dict[str, Any]:
         raise GpuboxError(f"config file {path}: not a regular file{what}", ExitCode.USAGE)
     try:
         with path.open("rb") as fh:
-            return _flatten(tomllib.load(fh))
+            data = fh.read(MAX_CONFIG_BYTES + 1)
+        if len(data) > MAX_CONFIG_BYTES:
+            raise GpuboxError(f"config file {path}: larger than 1 MiB, too large to be a config file", ExitCode.USAGE)
+        return _flatten(tomllib.loads(data.decode()))
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise GpuboxError(f"config file {path}: {exc}", ExitCode.USAGE) from exc
+    except RecursionError:  # tomllib parses nested arrays and inline tables by recursion
+        raise GpuboxError(f"config file {path}: values nested too deeply", ExitCode.USAGE) from None
     except OSError as exc:
         raise GpuboxError(f"config file {path}: {_unreadable(exc)}", ExitCode.USAGE) from None
 
@@ -197,13 +214,23 @@ def _unreadable(exc: OSError) -> str:
 def _apply(layer: Mapping[str, Any], source: str, values: dict[str, Any], sources: dict[str, str]) -> None:
     for key, raw in layer.items():
         if key not in SCHEMA:
-            raise GpuboxError(f"{source}: unknown setting {key!r}", ExitCode.USAGE)
+            raise GpuboxError(f"{source}: unknown setting {key!r}{_did_you_mean(key)}", ExitCode.USAGE)
         parser = SCHEMA[key][0]
         try:
             values[key] = parser(raw)
         except (TypeError, ValueError) as exc:
             raise GpuboxError(f"{source}: {key}: {exc}", ExitCode.USAGE) from exc
         sources[key] = source
+
+
+def _did_you_mean(key: str) -> str:
+    """The known setting `key` is most likely a misspelling of, if any; case aside, as TOML keys
+    are case-sensitive and `doctor.data_warn_MBps` is easy to write in lower case."""
+    import difflib
+
+    by_lower = {known.lower(): known for known in SCHEMA}
+    close = difflib.get_close_matches(key.lower(), by_lower, n=1)
+    return f" (did you mean {by_lower[close[0]]!r}?)" if close else ""
 
 
 def load_config(
@@ -224,4 +251,28 @@ def load_config(
     if env.get("NO_COLOR") and env_name("color") not in env:
         values["color"], sources["color"] = False, "NO_COLOR"
     _apply({k: v for k, v in (flags or {}).items() if v is not None}, "command line", values, sources)
+    _check_together(values, sources)
     return Config(values, sources)
+
+
+# (lower, upper): settings set by the user that the other must not be below. A default that the
+# user's other setting passes gives way instead (ledger.retention_days = 30 keeps minutes 30 days).
+_ORDERED = (
+    ("doctor.transfer_fail_fraction", "doctor.transfer_warn_fraction"),  # else a copy fails, never warns
+    ("ledger.minute_retention_days", "ledger.retention_days"),  # minutes cannot outlive their hours
+)
+
+
+def _check_together(values: dict[str, Any], sources: dict[str, str]) -> None:
+    """Refuse two settings that contradict each other, naming where each came from, rather than
+    let one quietly override the other."""
+    for low, high in _ORDERED:
+        if values[low] <= values[high]:
+            continue
+        if sources[low] == "default":
+            values[low], sources[low] = values[high], sources[high]
+            continue
+        where = "the default" if sources[high] == "default" else f"from {sources[high]}"
+        raise GpuboxError(
+            f"{sources[low]}: {low} ({values[low]:g}) is above {high} ({values[high]:g}, {where})", ExitCode.USAGE
+        )

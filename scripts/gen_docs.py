@@ -46,7 +46,8 @@ SETTING_HELP = {
     "color": "Colour on a terminal: \\fBtrue\\fR or \\fBfalse\\fR.",
     "ledger.interval": "Seconds between the daemon's samples of how the GPUs are used, for reports.",
     "ledger.retention_days": "Days of GPU use the daemon keeps for reports, per hour.",
-    "ledger.minute_retention_days": "Days of GPU use kept per minute (older hours a report cuts count pro rata).",
+    "ledger.minute_retention_days": "Days of GPU use kept per minute (older hours a report cuts count pro rata); "
+    "at most \\fBledger.retention_days\\fR, which it follows when that is set lower and this is not.",
     "report.gpu_hour_price": "Price of one GPU-hour: reports show costs when it is set.",
     "report.kwh_price": "Price of one kWh: reports add the energy's cost when it is set.",
     "queue.default_gpus": "GPUs a job gets when it does not say, on a box with GPUs (0 on a box without).",
@@ -533,7 +534,9 @@ def _settings(node: Node) -> list[tuple[str, str]]:
         # The daemon reads the queue's settings and records GPU use (the ledger's).
         scopes = {"ledger": ("daemon",), "queue": ("queue", "daemon")}.get(scope or "", (scope,))
         if command is None or scope is None or command in scopes:
-            if isinstance(default, bool):
+            if default is None:
+                shown = "unset"
+            elif isinstance(default, bool):
                 shown = str(default).lower()
             elif isinstance(default, (list, tuple)):
                 shown = ",".join(map(str, default))

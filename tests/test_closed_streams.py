@@ -1,10 +1,12 @@
 """gpubox started with a standard stream closed (`gpubox ls >&-`, `2>&-`, `<&-`), as a shell or a
 careless service file starts it: output that cannot be written is one line and exit 1, as on a
-full disk; a closed stderr costs the diagnostics, never the exit code; a closed stdin matters
-only to a command that reads it. Never a traceback, never a hang. Real processes, real shells."""
+full disk (a failing command's envelope lost leaves the failure's own line and code); a closed
+stderr costs the diagnostics, never the exit code; a closed stdin matters only to a command
+that reads it. Never a traceback, never a hang. Real processes, real shells."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -84,6 +86,34 @@ def test_output_to_a_closed_stdout_is_one_line_and_exit_1(tmp_path: Path, args: 
     assert closed("", args, _env(tmp_path)).returncode == 0  # the command itself works here
     result = closed(">&-", args, _env(tmp_path))
     assert (result.returncode, result.stderr) == (ExitCode.FAILED, CLOSED_STDOUT)
+
+
+BAD_SETTING = {"GPUBOX_COLOR": "maybe"}
+BAD_SETTING_LINE = "gpubox: environment variable GPUBOX_COLOR: color: expected true or false, got 'maybe'\n"
+FAILING_JSON = [
+    (("top", "--once", "--demo", "--json"), BAD_SETTING, ExitCode.USAGE, BAD_SETTING_LINE),
+    (("report", "--json"), BAD_SETTING, ExitCode.USAGE, BAD_SETTING_LINE),
+    (("doctor", "--json"), BAD_SETTING, ExitCode.USAGE, BAD_SETTING_LINE),
+    (("queue", "add", "--json", "--", "true"), BAD_SETTING, ExitCode.USAGE, BAD_SETTING_LINE),  # without Typer
+    (("queue", "show", "999", "--json"), {}, ExitCode.USAGE, "gpubox: job 999 does not exist\n"),
+    (("daemon", "status", "--json"), {}, ExitCode.DAEMON_UNREACHABLE, "gpubox: the daemon is not running"),
+]
+
+
+@pytest.mark.parametrize("redirect", [">&-", ">/dev/full"], ids=["closed", "full"])
+@pytest.mark.parametrize(("args", "env", "code", "line"), FAILING_JSON, ids=[" ".join(f[0]) for f in FAILING_JSON])
+def test_a_failing_json_command_whose_envelope_cannot_be_written_still_says_why(
+    tmp_path: Path, redirect: str, args: tuple[str, ...], env: dict[str, str], code: int, line: str
+) -> None:
+    """Its one line and exit code, as with stdout open: not Python's "Exception ignored" and exit
+    120 at exit (a closed stdout), nor an error about the output in place of the failure's own."""
+    if redirect == ">/dev/full" and not os.path.exists("/dev/full"):
+        pytest.skip("no /dev/full here")
+    opened = closed("", args, {**_env(tmp_path), **env})
+    assert opened.returncode == code and json.loads(opened.stdout)["exit_code"] == code  # the envelope, when it can
+    result = closed(redirect, args, {**_env(tmp_path), **env})
+    assert result.returncode == code, result.stderr
+    assert result.stderr.startswith(line) and result.stderr.count("\n") == 1, result.stderr
 
 
 def test_a_plain_queue_add_to_a_closed_stdout_stores_the_job_and_says_its_id_went_nowhere(tmp_path: Path) -> None:

@@ -209,3 +209,110 @@ def test_every_command_that_loads_settings_refuses_an_unreadable_config(tmp_path
     path.unlink()
     listed = _gpubox(tmp_path, "queue", "ls", "--json")
     assert listed.returncode == 0 and json.loads(listed.stdout)["data"]["jobs"] == []
+
+
+@pytest.mark.parametrize("raw", ["", " "])
+@pytest.mark.parametrize("key", ["color", "queue.preempt", "top.loader_sampling"])
+def test_an_empty_true_or_false_setting_is_refused_not_read_as_false(tmp_path: Path, key: str, raw: str) -> None:
+    """As an empty number is: `GPUBOX_QUEUE_BACKFILL=` is a value left out, not a choice."""
+    env, paths = _paths(tmp_path)
+    env[f"GPUBOX_{key.upper().replace('.', '_')}"] = raw
+    with pytest.raises(GpuboxError, match=f"{key}: expected true or false") as err:
+        load_config({}, env, paths)
+    assert err.value.code == ExitCode.USAGE
+    del env[f"GPUBOX_{key.upper().replace('.', '_')}"]
+    paths.user_config_file.parent.mkdir(parents=True)
+    section, _, name = key.rpartition(".")
+    paths.user_config_file.write_text((f"[{section}]\n" if section else "") + f'{name} = "{raw}"\n')
+    with pytest.raises(GpuboxError, match=f"{key}: expected true or false"):
+        load_config({}, env, paths)
+
+
+@pytest.mark.parametrize(
+    ("text", "why"),
+    [
+        ("[" + ".".join(["a"] * 5000) + "]\nx = 1\n", "unknown setting 'a.a'"),  # tables in tables
+        ("x = " + "{a = " * 3000 + "1" + "}" * 3000 + "\n", "config file {path}: values nested too deeply"),
+        ("x = " + "[" * 3000 + "]" * 3000 + "\n", "config file {path}: values nested too deeply"),
+    ],
+    ids=["tables", "inline tables", "arrays"],
+)
+def test_a_deeply_nested_config_is_one_line_not_a_traceback(tmp_path: Path, text: str, why: str) -> None:
+    path = tmp_path / "home/.config/gpubox/config.toml"
+    path.parent.mkdir(parents=True)
+    path.write_text(text)
+    result = _gpubox(tmp_path, "top", "--once", "--demo")
+    assert result.returncode == ExitCode.USAGE, result.stderr
+    assert result.stderr.count("\n") == 1 and why.format(path=path) in result.stderr, result.stderr
+
+
+def test_a_config_file_far_too_large_to_be_one_is_refused_unread(tmp_path: Path) -> None:
+    """A log or a dump named as the config by mistake: refused, not read whole into memory."""
+    env, paths = _paths(tmp_path)
+    with paths.system_config_file.open("w") as fh:
+        fh.write("color = false\n" + "#" * (2 << 20) + "\n")
+    with pytest.raises(GpuboxError) as err:
+        load_config({}, env, paths)
+    assert err.value.code == ExitCode.USAGE
+    why = "larger than 1 MiB, too large to be a config file"
+    assert err.value.message == f"config file {paths.system_config_file}: {why}"
+    paths.system_config_file.write_text("color = false\n" + "#" * 1000 + "\n")  # a long comment is fine
+    assert load_config({}, env, paths).get("color") is False
+
+
+@pytest.mark.parametrize(
+    ("text", "suggestion"),
+    [
+        ("[top]\nintervl = 1\n", "unknown setting 'top.intervl' (did you mean 'top.interval'?)"),
+        ("[doctor]\ndata_warn_mbps = 1\n", "(did you mean 'doctor.data_warn_MBps'?)"),
+        ("[queue]\nzzz = 1\n", "unknown setting 'queue.zzz'"),
+    ],
+)
+def test_an_unknown_setting_names_the_one_it_is_close_to(tmp_path: Path, text: str, suggestion: str) -> None:
+    env, paths = _paths(tmp_path)
+    paths.system_config_file.write_text(text)
+    with pytest.raises(GpuboxError) as err:
+        load_config({}, env, paths)
+    assert suggestion in err.value.message
+    if "did you mean" not in suggestion:
+        assert "did you mean" not in err.value.message
+
+
+@pytest.mark.parametrize("key", ["doctor.transfer_warn_fraction", "doctor.mem_available_warn_fraction"])
+def test_a_doctor_share_is_a_fraction_not_a_percentage(tmp_path: Path, key: str) -> None:
+    """70 meant as 70% would make every copy warn; top.loader_wait_threshold refuses it too."""
+    env, paths = _paths(tmp_path)
+    env[f"GPUBOX_{key.upper().replace('.', '_')}"] = "70"
+    with pytest.raises(GpuboxError, match=f"{key}: must be a fraction from 0 to 1") as err:
+        load_config({}, env, paths)
+    assert err.value.code == ExitCode.USAGE
+    env[f"GPUBOX_{key.upper().replace('.', '_')}"] = "0.35"
+    assert load_config({}, env, paths).get(key) == 0.35
+
+
+def test_settings_that_contradict_each_other_are_refused_naming_both(tmp_path: Path) -> None:
+    env, paths = _paths(tmp_path)
+    paths.system_config_file.write_text("[ledger]\nretention_days = 30\n")
+    env["GPUBOX_LEDGER_MINUTE_RETENTION_DAYS"] = "60"
+    with pytest.raises(GpuboxError) as err:
+        load_config({}, env, paths)
+    assert err.value.code == ExitCode.USAGE
+    assert err.value.message == (
+        "environment variable GPUBOX_LEDGER_MINUTE_RETENTION_DAYS: ledger.minute_retention_days (60) is above"
+        f" ledger.retention_days (30, from {paths.system_config_file})"
+    )
+    del env["GPUBOX_LEDGER_MINUTE_RETENTION_DAYS"]
+    env["GPUBOX_DOCTOR_TRANSFER_FAIL_FRACTION"] = "0.8"  # a copy at 75% would fail and never warn
+    with pytest.raises(GpuboxError, match=r"transfer_fail_fraction \(0.8\) is above .*\(0.7, the default\)"):
+        load_config({}, env, paths)
+
+
+def test_a_default_gives_way_to_the_setting_it_would_contradict(tmp_path: Path) -> None:
+    """Hours kept 30 days: minutes (35 by default) are kept as long, and the config says so."""
+    env, paths = _paths(tmp_path)
+    env["GPUBOX_LEDGER_RETENTION_DAYS"] = "30"
+    env["GPUBOX_DOCTOR_TRANSFER_WARN_FRACTION"] = "0.3"
+    cfg = load_config({}, env, paths)
+    assert cfg.get("ledger.minute_retention_days") == 30
+    assert cfg.sources["ledger.minute_retention_days"] == "environment variable GPUBOX_LEDGER_RETENTION_DAYS"
+    assert cfg.get("doctor.transfer_fail_fraction") == 0.3

@@ -15,7 +15,7 @@ from typer.core import TyperGroup
 from gpubox import __version__
 from gpubox.cli import daemon, doctor, metrics, queue, report, top
 from gpubox.cli import run as run_command
-from gpubox.cli.plain import ReaderLeft, output_failed, reader_left
+from gpubox.cli.plain import ReaderLeft, flush_before_failure, output_failed, reader_left
 from gpubox.exit_codes import ExitCode, GpuboxError
 from gpubox.format import one_line
 
@@ -118,6 +118,7 @@ def run(argv: list[str]) -> int:
         sys.stderr.write(f"gpubox: {one_line(_visible_message(exc))} (see '{where} --help')\n")
         return int(ExitCode.USAGE)
     except GpuboxError as exc:
+        flush_before_failure()
         sys.stderr.write(f"gpubox: {one_line(exc.message)}\n")
         return int(exc.code)
     except KeyboardInterrupt:

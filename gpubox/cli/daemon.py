@@ -78,10 +78,9 @@ def status(as_json: JSON = False) -> None:
                 " is GPUBOX_RUNTIME_DIR the one it was started with?"
             )
         if as_json:
-            from gpubox.cli.output import print_json
+            from gpubox.cli.output import print_json_failure
 
-            print_json("daemon status", {"running": False}, ExitCode.DAEMON_UNREACHABLE, [why])
-            raise typer.Exit(int(ExitCode.DAEMON_UNREACHABLE)) from None
+            print_json_failure("daemon status", ExitCode.DAEMON_UNREACHABLE, [why], data={"running": False})
         raise GpuboxError(message, ExitCode.DAEMON_UNREACHABLE) from None
     if as_json:
         from gpubox.cli.output import print_json

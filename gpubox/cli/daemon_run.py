@@ -61,7 +61,7 @@ def _recording(paths: Any, values: Any) -> Any:
             ledger_path(paths),
             interval_s=values["ledger.interval"],
             retention_days=values["ledger.retention_days"],
-            minute_retention_days=min(values["ledger.minute_retention_days"], values["ledger.retention_days"]),
+            minute_retention_days=values["ledger.minute_retention_days"],  # at most retention_days (config)
             # The probe gives queued jobs' loader wait; py-spy stack sampling is too dear for a daemon.
             open_backend=lambda: open_backend(False, loader_window=values["top.loader_window"], loader_sampling=False),
             allocations=lambda: running_allocations(daemon.running, user),

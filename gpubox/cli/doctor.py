@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 from typer.models import TyperPath
 
-from gpubox.cli.output import console, print_json
+from gpubox.cli.output import console, print_json, print_json_failure
 from gpubox.exit_codes import ExitCode, GpuboxError
 
 if TYPE_CHECKING:
@@ -96,7 +96,7 @@ def doctor(
         report, code = examine(options, _thresholds())
     except GpuboxError as exc:
         if as_json:
-            print_json("doctor", None, exc.code, [exc.message])
+            print_json_failure("doctor", exc.code, [exc.message])
         raise
     _emit(report, code, as_json, no_color, verbose)
 
@@ -151,7 +151,7 @@ def loader(
         report, code = examine_loader(options, _thresholds())
     except GpuboxError as exc:
         if as_json:
-            print_json("doctor loader", None, exc.code, [exc.message])
+            print_json_failure("doctor loader", exc.code, [exc.message])
         raise
     _emit(report, code, as_json, no_color, verbose=True)
 

@@ -14,6 +14,21 @@ def print_json(command: str, data: Any, code: int = ExitCode.OK, errors: list[st
     sys.stdout.write(dumps(envelope(command, data, code=code, errors=errors)) + "\n")
 
 
+def print_json_failure(command: str, code: int, errors: list[str], data: Any = None) -> None:
+    """The envelope of a command that fails. One that cannot be written (a full disk, a closed
+    stdout) is dropped: the failure's own line and exit code must end the command, not an error
+    about the output that hides them."""
+    from gpubox.cli.plain import flush_before_failure
+
+    try:
+        print_json(command, data, code, errors)
+    except BrokenPipeError:
+        raise  # the reader left: exit 141, as for any output
+    except OSError:
+        pass  # written at once, and failed (a character device such as /dev/full)
+    flush_before_failure()
+
+
 def console(color: bool) -> Any:
     """A rich Console for stdout: colour only on a terminal, and never when turned off."""
     from rich.console import Console

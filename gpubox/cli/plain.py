@@ -23,12 +23,25 @@ def run_plain(command: Callable[[], int]) -> int:
     except GpuboxError as exc:
         from gpubox.format import one_line
 
+        flush_before_failure()
         sys.stderr.write(f"gpubox: {one_line(exc.message)}\n")
         return int(exc.code)
     except KeyboardInterrupt:
         return int(ExitCode.INTERRUPTED)  # nothing said: the terminal shows ^C
     except (BrokenPipeError, ReaderLeft):
         return reader_left()
+
+
+def flush_before_failure() -> None:
+    """Write out what a failing command printed (its --json envelope) now: left buffered, it would
+    fail at exit on a closed stdout with a traceback of Python's and exit 120. Output that cannot
+    be written is dropped; the failure's own line and exit code say what went wrong."""
+    try:
+        sys.stdout.flush()
+    except BrokenPipeError:
+        raise  # the reader left: exit 141, as for any output
+    except (OSError, ValueError):
+        _discard_output()
 
 
 def _discard_output() -> None:

@@ -180,9 +180,9 @@ def json_failure(command: str, as_json: bool) -> Iterator[None]:
         yield
     except GpuboxError as exc:
         if as_json and not isinstance(exc, SaidAlready):
-            from gpubox.cli.output import print_json
+            from gpubox.cli.output import print_json_failure
 
-            print_json(command, None, exc.code, [exc.message])
+            print_json_failure(command, exc.code, [exc.message])
         raise
 
 

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import typer
 
-from gpubox.cli.output import console, print_json
+from gpubox.cli.output import console, print_json, print_json_failure
 from gpubox.exit_codes import ExitCode, GpuboxError
 
 if TYPE_CHECKING:  # the ledger and rich load when the command runs, not with `gpubox --help`
@@ -107,7 +107,7 @@ def report(
             _print_human(request, prices, color)
     except GpuboxError as exc:
         if as_json and not as_csv:  # a script asked for JSON: it gets an envelope on failure too
-            print_json("report", None, exc.code, [exc.message])
+            print_json_failure("report", exc.code, [exc.message])
         raise
 
 

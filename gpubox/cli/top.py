@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from gpubox.cli.output import console, fail, print_json
+from gpubox.cli.output import console, fail, print_json, print_json_failure
 from gpubox.exit_codes import ExitCode, GpuboxError
 
 if TYPE_CHECKING:  # imported when `top` runs, so that other commands do not pay for them
@@ -58,7 +58,7 @@ def top(
         return _top(once, json_out, interval, gpu, demo, no_color, demo_gpus, demo_processes)
     except GpuboxError as exc:
         if json_out:  # a script asked for JSON: it gets an envelope on failure too
-            print_json("top", None, exc.code, [exc.message])
+            print_json_failure("top", exc.code, [exc.message])
         raise
 
 
@@ -89,7 +89,7 @@ def _top(
         )
     except BackendUnavailable as exc:
         if json_out:
-            print_json("top", None, ExitCode.NO_GPU, [str(exc)])
+            print_json_failure("top", ExitCode.NO_GPU, [str(exc)])
         fail(f"{exc}; `gpubox top --demo` shows a simulated box")
         return int(ExitCode.NO_GPU)
     try:

@@ -35,7 +35,9 @@ class Thresholds:
     pcie_replay_warn: float = _setting(10.0, "PCIe replays during the benchmarks above this warns.")
     # Transfers, against the link's theoretical bandwidth
     transfer_warn_fraction: float = _setting(0.7, "Pinned copies below this share of the link warn.")
-    transfer_fail_fraction: float = _setting(0.4, "Pinned copies below this share of the link fail.")
+    transfer_fail_fraction: float = _setting(
+        0.4, "Pinned copies below this share of the link fail (at most transfer_warn_fraction)."
+    )
     d2d_warn_fraction: float = _setting(0.5, "Copies within GPU memory below this share of its bandwidth warn.")
     matmul_warn_fraction: float = _setting(0.4, "A bf16 matmul below this share of the GPU's peak warns.")
     # Data and loader
