@@ -103,7 +103,7 @@ def end(t0: int, returned: bool) -> None:
             w[S_BATCHES] += 1
             w[S_LAST_NS] = t1
             w[S_LAST_WAIT_NS] = t1 - t0
-        if wait:
+        if not _inflight:  # not `if wait`: on a coarse clock a batch may come within one tick
             w[S_WAIT_NS] += wait
             w[S_WAITING_SINCE_NS] = 0
         if w[b] != second:
