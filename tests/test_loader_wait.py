@@ -423,3 +423,16 @@ def test_loader_settings(tmp_path: Path) -> None:
         with pytest.raises(GpuboxError) as err:
             load_config({}, {f"GPUBOX_TOP_{key}": bad}, paths)
         assert f"GPUBOX_TOP_{key}" in err.value.message
+
+
+def test_a_wait_that_began_after_the_readers_clock_is_never_negative(proc: FakeProc, tmp_path: Path) -> None:
+    # The training process began to wait a moment after the reader took the time (it reads
+    # several files in turn), or a damaged file holds a start in the future: nothing of that
+    # wait lies in the window, and the figure is never below 0.
+    rt = tmp_path / "rt"
+    proc.add(42, env={"GPUBOX_RUNTIME_DIR": str(rt)})
+    buckets = [(s, 0, 20) for s in range(4991, 5001)]
+    for since in (NOW + 50_000, NOW + 3600 * S):
+        write_probe(layout.probe_file(rt, 42, 7), 42, 7, buckets=buckets, first_ns=NOW - 60 * S, waiting_since_ns=since)
+        got = reader(proc, NOW).read({42: 7}).by_pid[42]
+        assert got.source == "probe" and got.loader_wait == 0.0

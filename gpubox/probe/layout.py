@@ -76,7 +76,9 @@ class ProbeRecord:
         batches = sum(b for s, _, b in self.buckets if oldest <= s <= now_s)
         start = max(oldest * BUCKET_NS, self.first_ns)
         if self.waiting_since_ns:
-            wait += now_ns - max(self.waiting_since_ns, start)
+            # A wait that began after now_ns (the reader took the time before it read the file)
+            # has no part in the window: never a negative share.
+            wait += max(0, now_ns - max(self.waiting_since_ns, start))
         covered = (now_ns - start) / 1e9
         if covered <= 0:
             return None

@@ -103,7 +103,7 @@ def end(t0: int, returned: bool) -> None:
             w[S_BATCHES] += 1
             w[S_LAST_NS] = t1
             w[S_LAST_WAIT_NS] = t1 - t0
-        if wait:
+        if not _inflight:  # not `if wait`: on a coarse clock a batch may come within one tick
             w[S_WAIT_NS] += wait
             w[S_WAITING_SINCE_NS] = 0
         if w[b] != second:
@@ -192,6 +192,15 @@ def _create() -> None:
         os.close(fd)
     _bytes, _words = view, view.cast("Q")
     _path, _owner = str(path), pid
+    _remove_in_multiprocessing_child()
+
+
+def _remove_in_multiprocessing_child() -> None:
+    """multiprocessing ends its fork and forkserver children with os._exit, past atexit, but
+    runs its own finalizers first: a training rank started that way removes its file too."""
+    util = sys.modules.get("multiprocessing.util")  # loaded wherever torch is; never imported here
+    if util is not None:
+        util.Finalize(None, close, exitpriority=0)
 
 
 def _map_shared(fd: int) -> memoryview:

@@ -175,10 +175,9 @@ class LoaderWaitReader:
         by_pid: dict[int, LoaderWait] = {}
         errors: list[str] = []
         unprobed: dict[int, str] = {}  # pid -> the reason if nothing else measures it
-        now = self._clock_ns()
         listed: dict[str, frozenset[str] | None] = {}  # probe directory -> its files, this refresh
         for pid, ticks in start_ticks.items():
-            found = self._from_probe(pid, ticks, now, errors, listed)
+            found = self._from_probe(pid, ticks, errors, listed)
             if isinstance(found, LoaderWait):
                 by_pid[pid] = found
             else:
@@ -200,7 +199,6 @@ class LoaderWaitReader:
         self,
         pid: int,
         ticks: int,
-        now_ns: int,
         errors: list[str],
         listed: dict[str, frozenset[str] | None],
     ) -> LoaderWait | str:
@@ -230,7 +228,8 @@ class LoaderWaitReader:
                 return LoaderWait(reason=Reason.PROBE_UNREADABLE.value)
             if record.pid != located.location.ns_pid or record.start_ticks != ticks:
                 continue  # left by an earlier process with this name: not this one's figures
-            figures = record.window(now_ns, self.window_s)
+            # The time after the copy: a window that ends before it would hold later waits.
+            figures = record.window(self._clock_ns(), self.window_s)
             if figures is None:
                 return LoaderWait(reason=Reason.NO_BATCHES_YET.value)
             wait, rate, _covered = figures

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.probe.support import Running, only_record, probe_files, python_cmd, requires_torch, write_program
+from tests.probe.support import Running, only_record, probe_files, python_cmd, requires_torch, run, write_program
 
 pytestmark = requires_torch
 
@@ -127,4 +127,32 @@ def test_dataloader_workers_never_publish(tmp_path: Path, runtime: Path, context
     assert len(workers) == 2 and job.proc.pid not in workers
     assert {x % 10 for x in seen} == {1}  # the probe was in the workers too, and stayed silent
     assert record.batches == 2 * 4
+    assert probe_files(runtime) == []
+
+
+RANKS = """
+import multiprocessing as mp
+import gpubox.probe; gpubox.probe.install()
+from torch.utils.data import DataLoader
+
+def rank():
+    for batch in DataLoader(sleepy(4, 0.0)):
+        pass
+
+if __name__ == "__main__":
+    child = mp.get_context(sys.argv[1]).Process(target=rank)
+    child.start()
+    child.join()
+    print("EXIT", child.exitcode, flush=True)
+"""
+
+
+@pytest.mark.parametrize("context", ["fork", "forkserver"])
+def test_a_multiprocessing_child_removes_its_file(tmp_path: Path, runtime: Path, context: str) -> None:
+    # multiprocessing ends its fork and forkserver children with os._exit, past atexit: a
+    # training rank started this way (Lightning's ddp_fork, a notebook's DDP) left its file.
+    result = run(python_cmd(write_program(tmp_path, RANKS), context))
+    assert result.returncode == 0, result.stderr
+    assert "EXIT 0" in result.stdout
+    assert "gpubox probe" not in result.stderr
     assert probe_files(runtime) == []

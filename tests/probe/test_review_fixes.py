@@ -92,3 +92,21 @@ def test_gpubox_run_runs_a_script_without_a_shebang_with_sh(tmp_path: Path) -> N
     )
     assert res.stdout.strip() == "ran-by-sh arg"
     assert res.returncode == 4
+
+
+def test_a_batch_that_came_within_one_clock_tick_ends_the_wait(tmp_path: Path) -> None:
+    # A coarse clock (a VM's jiffies clocksource) reads the same before and after a quick batch:
+    # the process must not be left marked as waiting, or it reads 100% from then on.
+    program = """
+from pathlib import Path
+from gpubox.probe import layout, recorder
+recorder.prepare()
+recorder.monotonic_ns = lambda: 5_000_000_000
+recorder.end(recorder.begin(), True)
+record = layout.read_consistent(Path(recorder._path))
+print(record.batches, record.waiting_since_ns, record.window(7_000_000_000, 10)[0])
+"""
+    env = {**os.environ, "GPUBOX_RUNTIME_DIR": str(tmp_path / "runtime")}
+    result = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, env=env, timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["1", "0", "0.0"]
