@@ -8,6 +8,7 @@ private /tmp/gpubox-<uid> otherwise.
 
 from __future__ import annotations
 
+import errno
 import os
 import stat
 from collections.abc import Mapping
@@ -83,7 +84,12 @@ def ensure_private_dir(path: Path) -> Path:
     that others may write to (made beforehand by hand): whoever can write there can replace the
     queue's database or socket, and so run commands as its owner (ssh's StrictModes refuses such
     a folder too). Its mode is not changed here: that folder may be someone's $HOME."""
-    path.mkdir(mode=0o700, parents=True, exist_ok=True)
+    try:
+        path.mkdir(mode=0o700, parents=True, exist_ok=True)
+    except (FileExistsError, NotADirectoryError):
+        # "File exists" for /dev/null/queue.db says nothing useful: name what is in the way.
+        blocker = next((p for p in (path, *path.parents) if p.exists() and not p.is_dir()), path)
+        raise NotADirectoryError(errno.ENOTDIR, f"{blocker} is not a folder") from None
     problem = private_dir_problem(path)
     if problem is not None:
         raise PermissionError(problem)
@@ -97,6 +103,8 @@ def private_dir_problem(path: Path) -> str | None:
         st = path.stat()
     except OSError:
         return None
+    if not stat.S_ISDIR(st.st_mode):
+        return f"{path} is not a folder"
     if st.st_uid != os.getuid():
         return f"{path} belongs to uid {st.st_uid}, not to us"
     if st.st_mode & 0o022:

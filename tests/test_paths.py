@@ -76,3 +76,24 @@ def test_a_folder_others_may_only_read_is_kept(tmp_path: Path, mode: int) -> Non
     kept.chmod(mode)
     assert ensure_private_dir(kept) == kept
     assert kept.stat().st_mode & 0o777 == mode
+
+
+@pytest.mark.parametrize("under", ["", "sub/deeper"])
+def test_a_file_where_a_folder_should_be_is_named(tmp_path: Path, under: str) -> None:
+    blocker = tmp_path / "state"
+    blocker.write_text("")
+    with pytest.raises(NotADirectoryError, match=rf"^\[Errno 20\] {blocker} is not a folder$"):
+        ensure_private_dir(blocker / under if under else blocker)
+
+
+@pytest.mark.parametrize("command", [["queue", "add", "--", "true"], ["queue", "ls"], ["daemon", "start"]])
+def test_a_state_dir_that_is_a_file_is_one_line_naming_it(tmp_path: Path, command: list[str]) -> None:
+    """GPUBOX_STATE_DIR=/dev/null (or any file) said only "File exists"."""
+    from tests.helpers import run_gpubox
+
+    for state in ("/dev/null", str(tmp_path / "a-file")):
+        Path(tmp_path / "a-file").write_text("")
+        out = run_gpubox(*command, env={"GPUBOX_STATE_DIR": state, "GPUBOX_RUNTIME_DIR": str(tmp_path / "run")})
+        assert out.returncode == 1, out.stderr
+        assert out.stderr.splitlines() == [out.stderr.strip()], out.stderr
+        assert f"{state} is not a folder" in out.stderr, out.stderr
