@@ -50,7 +50,7 @@ def test_an_empty_command_to_run(tmp_path: Path) -> None:
 def test_a_daemon_whose_state_folder_is_a_file(tmp_path: Path) -> None:
     (tmp_path / "state").write_text("a file")
     result = gpubox("daemon", tmp_path=tmp_path)
-    one_line(result, 1, f"cannot use the daemon's folders (File exists: {tmp_path / 'state'})")
+    one_line(result, 1, f"cannot use the daemon's folders ({tmp_path / 'state'} is not a folder)")
 
 
 @pytest.mark.parametrize("value", ["0", "-1", "nan"])
