@@ -194,6 +194,19 @@ def test_mig_instances(tmp_path: Path) -> None:
         assert p["sm_util"] is None and p["reasons"]["sm_util"] == "not_supported"
 
 
+def test_mig_instances_leave_pcie_traffic_to_the_card(tmp_path: Path) -> None:
+    # The card moves the bytes; an instance row that said 0 B/s would look like a starved job.
+    box = scenarios.mig(processes_per_instance=1)
+    code, doc, err = top_json(box, tmp_path)
+    assert code == 0, err
+    parent, *instances = doc["data"]["gpus"]
+    spec = box.gpus[0]
+    assert (parent["pcie_tx_Bps"], parent["pcie_rx_Bps"]) == (spec.pcie_tx_bps, spec.pcie_rx_bps)
+    for g in instances:
+        assert g["pcie_tx_Bps"] is None and g["pcie_rx_Bps"] is None and g["pcie_source"] is None
+        assert g["reasons"]["pcie_tx_Bps"] == g["reasons"]["pcie_rx_Bps"] == "not_supported"
+
+
 def test_pcie_counters_when_gpm_has_no_pcie_metrics(tmp_path: Path) -> None:
     box = scenarios.hopper(gpus=1, processes=0)
     box.gpus[0].gpm = False

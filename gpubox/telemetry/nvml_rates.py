@@ -85,6 +85,10 @@ def read_pcie(call: Caller, dev: Device, gpm: dict[int, float], reasons: dict[st
         reasons["pcie_tx_Bps"] = reasons["pcie_rx_Bps"] = reason
         return None, None
 
+    if dev.mig_instance is not None:
+        # PCIe traffic is the card's, shown on the GPU's own row; an instance's GPM sample has no
+        # share of it to give (it reads 0, which would pass for a starved input pipeline).
+        return missing(Reason.NOT_SUPPORTED.value)
     if dev.pcie_source in (None, "gpm") and "gpm" not in dev.dead and dev.gpm_supported:
         if GPM_PCIE_TX in gpm and GPM_PCIE_RX in gpm:
             dev.pcie_source = "gpm"
