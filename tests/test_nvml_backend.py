@@ -114,3 +114,18 @@ def test_a_passing_error_of_the_v2_memory_call_does_not_switch_to_the_older_figu
     want = 20_000 * 2**20 - 512 * 2**20
     assert used[0] == used[3] == want
     assert used[1] is None  # the failed refresh: no figure, never the other kind
+
+
+def test_a_passing_error_of_the_pcie_counters_does_not_switch_to_the_blocking_call(nvml: Any) -> None:
+    # nvmlDeviceGetPcieThroughput blocks ~20 ms per direction per GPU: one failed counter read
+    # must cost one refresh's figure, not that delay on every refresh from then on.
+    box = scenarios.hopper(gpus=1, processes=0)
+    box.gpus[0].gpm = False
+    module = FailingOnce(nvml(box), "nvmlDeviceGetFieldValues", nargs=2, at=3)
+    backend = NvmlBackend(module, clock=lambda: 1000.0)  # type: ignore[arg-type]
+    gpus = [backend.sample().gpus[0] for _ in range(5)]
+    backend.close()
+    assert gpus[2].pcie_rx_Bps is None and gpus[2].reasons["pcie_rx_Bps"] == "error"
+    assert [g.pcie_source for g in gpus] == ["counters"] * 5
+    assert [g.pcie_rx_Bps for g in gpus[3:]] == [box.gpus[0].pcie_rx_bps] * 2
+    assert module.calls.get("nvmlDeviceGetPcieThroughput", 0) == 0

@@ -96,13 +96,18 @@ def read_pcie(call: Caller, dev: Device, gpm: dict[int, float], reasons: dict[st
         if dev.gpm_filled < 2:
             # GPM is not proven yet: read the counters too, so they have a baseline if GPM fails.
             if dev.pcie_source is None and "pcie_counters" not in dev.dead:
-                _counter_rates(call, dev)
+                _counter_rates(call, dev, {})
             return missing(Reason.WARMING_UP.value)
     if dev.pcie_source in (None, "gpm", "counters") and "pcie_counters" not in dev.dead:
-        rates = _counter_rates(call, dev)
+        failed: dict[str, str] = {}
+        rates = _counter_rates(call, dev, failed)
         if rates is not None:
             dev.pcie_source = "counters"
             return rates if rates[0] is not None else missing(Reason.WARMING_UP.value)
+        if dev.pcie_source == "counters" and "pcie_counters" not in dev.dead:
+            # Counters that have worked and failed in a way that may pass: no figure this time,
+            # not a switch for good to the call that blocks ~20 ms per direction.
+            return missing(failed.get("pcie_counters", Reason.ERROR.value))
     n, h = call.nvml, dev.handle
     why: dict[str, str] = {}
     tx = call(dev, "pcie_throughput", lambda: n.nvmlDeviceGetPcieThroughput(h, 0) * 1024.0, why)
@@ -113,18 +118,19 @@ def read_pcie(call: Caller, dev: Device, gpm: dict[int, float], reasons: dict[st
     return missing(why.get("pcie_throughput", Reason.ERROR.value))
 
 
-def _counter_rates(call: Caller, dev: Device) -> Rates | None:
+def _counter_rates(call: Caller, dev: Device, failed: dict[str, str]) -> Rates | None:
     """Rates from NVML's PCIe byte counters against the previous reading: None when the
-    counters cannot be read, (None, None) on the first reading."""
+    counters cannot be read (why in `failed`), (None, None) on the first reading."""
     n, h = call.nvml, dev.handle
     fields = [n.NVML_FI_DEV_PCIE_COUNT_TX_BYTES, n.NVML_FI_DEV_PCIE_COUNT_RX_BYTES]
-    got = call(dev, "pcie_counters", lambda: n.nvmlDeviceGetFieldValues(h, fields))
+    got = call(dev, "pcie_counters", lambda: n.nvmlDeviceGetFieldValues(h, fields), failed)
     if got is None:
         return None
     if got[0].nvmlReturn != 0 or got[1].nvmlReturn != 0:
         reason = reason_for(n.NVMLError(got[0].nvmlReturn or got[1].nvmlReturn))
         if reason in PERMANENT:
             dev.dead["pcie_counters"] = reason
+        failed["pcie_counters"] = reason.value
         return None
     # The field's own timestamp (µs) is when the driver read it: exact, whatever our clock did.
     now = (int(got[0].timestamp), int(got[0].value.ullVal), int(got[1].value.ullVal))
