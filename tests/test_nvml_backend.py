@@ -129,3 +129,16 @@ def test_a_passing_error_of_the_pcie_counters_does_not_switch_to_the_blocking_ca
     assert [g.pcie_source for g in gpus] == ["counters"] * 5
     assert [g.pcie_rx_Bps for g in gpus[3:]] == [box.gpus[0].pcie_rx_bps] * 2
     assert module.calls.get("nvmlDeviceGetPcieThroughput", 0) == 0
+
+
+def test_a_gpm_figure_that_is_not_a_number_is_unknown_with_a_reason(nvml: Any) -> None:
+    box = scenarios.hopper(gpus=1, processes=0)
+    box.gpus[0].sm_occupancy = float("nan")
+    backend = NvmlBackend(nvml(box), clock=lambda: 1000.0)
+    backend.sample()
+    snap = backend.sample()
+    backend.close()
+    gpu = snap.gpus[0]
+    assert gpu.sm_occupancy is None and gpu.reasons["sm_occupancy"] == "error"
+    assert any("sm_occupancy" in e for e in snap.errors)
+    assert gpu.sm_active == box.gpus[0].sm_active  # the other GPM figures stand

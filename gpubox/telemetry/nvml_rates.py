@@ -3,6 +3,8 @@ second and per-process SM use. None of them sleeps to take a second sample."""
 
 from __future__ import annotations
 
+import math
+
 from gpubox.telemetry.model import Reason
 from gpubox.telemetry.nvml_device import Caller, Device
 from gpubox.telemetry.nvml_errors import PERMANENT, reason_for
@@ -67,8 +69,12 @@ def read_gpm(call: Caller, dev: Device, reasons: dict[str, str]) -> dict[int, fl
     out: dict[int, float] = {}
     for i, metric in enumerate(GPM_WANTED):
         m = req.metrics[i]
-        if m.nvmlReturn == 0:
+        if m.nvmlReturn == 0 and math.isfinite(m.value):
             out[metric] = round(float(m.value), 2)
+        elif m.nvmlReturn == 0 and metric in GPM_FIELDS:
+            # A NaN or infinite figure is no figure: never "nan%" on screen, nor a null without a reason.
+            reasons[GPM_FIELDS[metric]] = Reason.ERROR.value
+            call.seen.append(f"GPU {dev.index} {GPM_FIELDS[metric]}: GPM gave {m.value}")
         elif metric in GPM_FIELDS:
             reasons[GPM_FIELDS[metric]] = reason_for(n.NVMLError(m.nvmlReturn)).value
     return out
