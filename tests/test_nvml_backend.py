@@ -142,3 +142,43 @@ def test_a_gpm_figure_that_is_not_a_number_is_unknown_with_a_reason(nvml: Any) -
     assert gpu.sm_occupancy is None and gpu.reasons["sm_occupancy"] == "error"
     assert any("sm_occupancy" in e for e in snap.errors)
     assert gpu.sm_active == box.gpus[0].sm_active  # the other GPM figures stand
+
+
+def test_counters_that_take_over_from_gpm_start_from_a_new_baseline() -> None:
+    """Counters read once while GPM warmed up, hours ago, must not give the first rate after GPM
+    stops giving PCIe: that would be an average over those hours, not the traffic of now."""
+    from types import SimpleNamespace
+
+    import pynvml
+
+    from gpubox.telemetry.nvml_device import Caller, Device
+    from gpubox.telemetry.nvml_rates import read_pcie
+
+    counters = {"now_us": 0, "tx": 0, "rx": 0}
+
+    def field_values(handle: object, fields: list[int]) -> list[SimpleNamespace]:
+        return [
+            SimpleNamespace(nvmlReturn=0, timestamp=counters["now_us"], value=SimpleNamespace(ullVal=counters[k]))
+            for k in ("tx", "rx")
+        ]
+
+    stub = SimpleNamespace(
+        NVML_FI_DEV_PCIE_COUNT_TX_BYTES=197,
+        NVML_FI_DEV_PCIE_COUNT_RX_BYTES=198,
+        nvmlDeviceGetFieldValues=field_values,
+        NVMLError=pynvml.NVMLError,
+        NVMLLibraryMismatchError=pynvml.NVMLLibraryMismatchError,
+    )
+    call = Caller(stub)  # type: ignore[arg-type]
+    dev = Device(handle=object(), index=0, uuid="GPU-0", name="GPU", pci_bus_id=None, gpm_supported=True)
+    reasons: dict[str, str] = {}
+    assert read_pcie(call, dev, {}, reasons) == (None, None)  # GPM warming up: the counters read too
+    dev.gpm_filled = 2
+    assert read_pcie(call, dev, {20: 1.0, 21: 2.0}, {}) == (1.0 * 2**20, 2.0 * 2**20)  # GPM, for hours
+    # Three hours of idle link, then 10 s at 1 GB/s each way, and GPM stops giving PCIe.
+    counters.update(now_us=3 * 3600 * 10**6, tx=0, rx=0)
+    reasons = {}
+    first = read_pcie(call, dev, {}, reasons)
+    assert first == (None, None) and reasons["pcie_tx_Bps"] == "warming_up"
+    counters.update(now_us=counters["now_us"] + 10 * 10**6, tx=10 * 10**9, rx=10 * 10**9)
+    assert read_pcie(call, dev, {}, {}) == (1e9, 1e9)

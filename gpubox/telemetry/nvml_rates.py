@@ -105,6 +105,10 @@ def read_pcie(call: Caller, dev: Device, gpm: dict[int, float], reasons: dict[st
                 _counter_rates(call, dev, {})
             return missing(Reason.WARMING_UP.value)
     if dev.pcie_source in (None, "gpm", "counters") and "pcie_counters" not in dev.dead:
+        if dev.pcie_source == "gpm":
+            # Taking over from GPM: the counters' reading from its warm-up may be hours old, and a
+            # rate over those hours is not the traffic of now.
+            dev.pcie_prev = None
         failed: dict[str, str] = {}
         rates = _counter_rates(call, dev, failed)
         if rates is not None:
