@@ -182,3 +182,15 @@ def test_counters_that_take_over_from_gpm_start_from_a_new_baseline() -> None:
     assert first == (None, None) and reasons["pcie_tx_Bps"] == "warming_up"
     counters.update(now_us=counters["now_us"] + 10 * 10**6, tx=10 * 10**9, rx=10 * 10**9)
     assert read_pcie(call, dev, {}, {}) == (1e9, 1e9)
+
+
+def test_a_process_list_that_cannot_be_read_is_unknown_with_a_reason(nvml: Any) -> None:
+    """An empty list from a call that failed must not pass for an idle GPU."""
+    box = scenarios.hopper(gpus=2, processes=4)
+    box.gpus[1].unsupported = ["nvmlDeviceGetComputeRunningProcesses_v3"]
+    backend = NvmlBackend(nvml(box), clock=lambda: 1000.0)
+    snap = backend.sample()
+    backend.close()
+    assert snap.gpus[1].reasons["processes"] == "not_supported"
+    assert "processes" not in snap.gpus[0].reasons
+    assert {p.gpu_index for p in snap.processes} == {0}

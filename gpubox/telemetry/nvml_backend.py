@@ -206,6 +206,7 @@ class NvmlBackend:
         gpm = read_gpm(call, dev, reasons)
         values.update({GPM_FIELDS[m]: v for m, v in gpm.items() if m in GPM_FIELDS})
         tx, rx = read_pcie(call, dev, gpm, reasons)
+        processes = [] if dev.mig_parent else self._processes(dev, reasons)
         if dev.broken:
             return _unreadable(dev), []
         gpu = GpuSnapshot(
@@ -220,7 +221,7 @@ class NvmlBackend:
             reasons=reasons,
             **values,
         )
-        return gpu, [] if dev.mig_parent else self._processes(dev)
+        return gpu, processes
 
     def _clock_events(self, dev: Device, reasons: dict[str, str]) -> tuple[str, ...] | None:
         n, h = self._nvml, dev.handle
@@ -235,16 +236,21 @@ class NvmlBackend:
             return None
         return decode_clock_events(int(mask))
 
-    def _processes(self, dev: Device) -> list[ProcessSnapshot]:
+    def _processes(self, dev: Device, gpu_reasons: dict[str, str]) -> list[ProcessSnapshot]:
+        """The GPU's processes; where a list cannot be read, `gpu_reasons["processes"]` says why (the
+        processes are then unknown, not none)."""
         n, h = self._nvml, dev.handle
         found: dict[int, tuple[str, int | None]] = {}
         for kind, fn in (
             ("graphics", n.nvmlDeviceGetGraphicsRunningProcesses),
             ("compute", n.nvmlDeviceGetComputeRunningProcesses),
         ):
-            for p in self._call(dev, f"{kind}_processes", partial(fn, h)) or []:
+            why: dict[str, str] = {}
+            for p in self._call(dev, f"{kind}_processes", partial(fn, h), why) or []:
                 mem = p.usedGpuMemory
                 found[int(p.pid)] = (kind, int(mem) if mem is not None else None)
+            if why:
+                gpu_reasons["processes"] = why[f"{kind}_processes"]
         if not found:
             return []
         util_reasons: dict[str, str] = {}
