@@ -131,7 +131,9 @@ class GpuDetail(DetailScreen):
         graph_block(text, "power", h.power, power_top, fmt.watts, width, why_missing(g.reasons, "power_w"))
         graph_block(text, "temperature", h.temperature, scale_top(list(h.temperature), 90.0), fmt.temp, width)
         procs = [p for p in snap.processes if p.gpu_uuid == self.uuid]
-        text.append(f"processes ({len(procs)})\n", "bold")
+        unread = "processes" in g.reasons  # a list NVML would not give: unknown, not none
+        why = f"; a list cannot be read: {why_missing(g.reasons, 'processes')}" if unread else ""
+        text.append(f"processes ({len(procs)}{why})\n", "bold")
         for p in sorted(procs, key=lambda p: -(p.gpu_mem_bytes or 0)):
             text.append(f"{p.pid:>8} {p.user or fmt.DASH:<10} {fmt.pct(p.sm_util):>5} {fmt.size(p.gpu_mem_bytes):>9}  ")
             text.append(f"{p.command or fmt.DASH}\n")

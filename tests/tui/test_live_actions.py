@@ -373,3 +373,32 @@ async def test_a_focused_panel_keeps_the_focus_when_the_set_of_gpus_changes() ->
             assert isinstance(app.focused, GpuPanel) and app.focused.uuid == third
         await pilot.press("enter")
         assert isinstance(app.screen, GpuDetail) and app.screen.uuid == third
+
+
+class UnlistedProcessesBackend(SimulatedBackend):
+    """NVML will not list GPU 1's processes (no permission, as in some containers)."""
+
+    def sample(self) -> BoxSnapshot:
+        snap = super().sample()
+        gpus = tuple(
+            dataclasses.replace(g, reasons={**g.reasons, "processes": "no_permission"}) if g.index == 1 else g
+            for g in snap.gpus
+        )
+        return dataclasses.replace(snap, gpus=gpus, processes=tuple(p for p in snap.processes if p.gpu_index != 1))
+
+
+async def test_the_detail_of_a_gpu_says_when_its_processes_cannot_be_listed() -> None:
+    app = TopApp(UnlistedProcessesBackend(gpus=2, processes=6, clock=lambda: NOW), interval=0.05)
+    async with app.run_test(size=(120, 50)) as pilot:
+        await settle(pilot, app, 2)
+        panels(app)["1"].focus()
+        await pilot.press("d")
+        screen = app.screen
+        assert isinstance(screen, GpuDetail)
+        body = str(screen.query_one("#detail-body").render())
+        assert "processes (0; a list cannot be read: no permission)" in body
+        await pilot.press("escape")
+        panels(app)["0"].focus()
+        await pilot.press("d")
+        assert isinstance(app.screen, GpuDetail)
+        assert "processes (3)\n" in str(app.screen.query_one("#detail-body").render())
