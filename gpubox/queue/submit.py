@@ -223,6 +223,15 @@ def _json_job(doc: Any, defaults: AddOptions) -> tuple[list[str], AddOptions]:
         after = doc["after"]
         items = after if isinstance(after, list) else [after]
         changes["after"] = ",".join(str(_as_int(a, "after")) if not isinstance(a, str) else a for a in items)
+    # Which GPUs is one setting: a line's count or GPUs replace the command line's request whole,
+    # rather than being refused as disagreeing with a default the line meant to override.
+    if "gpus" in changes or "gpu" in changes:
+        changes.setdefault("gpus", None)
+        changes.setdefault("gpu", None)
+        if changes["gpus"] == 0 and "gpu_mem" not in changes:
+            changes["gpu_mem"] = None  # a CPU-only line needs no GPU memory
+    elif "gpu_mem" in changes and defaults.gpus == 0:
+        changes["gpus"] = None  # a line that needs GPU memory is not CPU-only
     for key in ("tags", "env"):
         if key in doc:
             if not isinstance(doc[key], dict):
