@@ -40,6 +40,19 @@ def probe_environment(env: Mapping[str, str]) -> dict[str, str]:
     return {**env, "PYTHONPATH": site + (os.pathsep + entries if entries else "")}
 
 
+def without_probe(env: Mapping[str, str]) -> dict[str, str]:
+    """`env` with the probe's sitecustomize taken off PYTHONPATH: an environment captured inside
+    a probed program (a job, `gpubox run`) carries it, and would attach the probe regardless."""
+    site = str(SITE_DIR)
+    entries = env.get("PYTHONPATH")
+    if entries is None or site not in entries.split(os.pathsep):
+        return dict(env)
+    kept = [entry for entry in entries.split(os.pathsep) if entry != site]
+    rest = {k: v for k, v in env.items() if k != "PYTHONPATH"}
+    # Only the probe's: PYTHONPATH goes whole (empty, it would put the working directory on it).
+    return {**rest, "PYTHONPATH": os.pathsep.join(kept)} if kept else rest
+
+
 def exec_with_probe(argv: list[str], env: Mapping[str, str] | None = None) -> NoReturn:
     """Replace this process with `argv`, found on PATH, the probe attached."""
     if not argv or not argv[0]:

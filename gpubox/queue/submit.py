@@ -74,6 +74,14 @@ def option_pairs(items: Sequence[str], parse: Callable[[str], tuple[str, str]], 
     return pairs
 
 
+def _names_dir(path: str, directory: str) -> bool:
+    """Whether `path` is `directory`, also by another name (a symlink a shell's PWD keeps)."""
+    try:
+        return os.path.isabs(path) and os.path.samefile(path, directory)
+    except OSError:
+        return False
+
+
 def check_options(opts: AddOptions) -> None:
     """The options given on the command line, checked before any job file is read: an error in
     them is theirs, not a line's."""
@@ -92,7 +100,8 @@ def build_spec(
     words = [w for w in argv]
     if not words or not words[0].strip():
         raise ValueError(NO_COMMAND)
-    env = {**base_env, **option_pairs(opts.env, parse_env, "--env")}
+    given_env = option_pairs(opts.env, parse_env, "--env")
+    env = {**base_env, **given_env}
     tags = option_pairs(opts.tags, parse_tag, "--tag")
     if opts.cwd == "":
         raise ValueError("the working directory (--cwd) is empty")
@@ -100,6 +109,10 @@ def build_spec(
     if not os.path.isdir(cwd):
         what = "is not a directory" if os.path.exists(cwd) else "does not exist"
         raise ValueError(f"working directory {cwd} {what}")
+    if "PWD" in env and "PWD" not in given_env and not _names_dir(env["PWD"], cwd):
+        # The adding shell's PWD names where it was, not where the job runs (--cwd): a program
+        # or script that reads $PWD would look in the wrong folder.
+        env["PWD"] = cwd
     if opts.gpus is not None and opts.gpus < 0:
         raise ValueError(f"invalid GPU count {opts.gpus}: expected 0 or more")
     gpu_ids: tuple[str, ...] | None = None
@@ -210,6 +223,15 @@ def _json_job(doc: Any, defaults: AddOptions) -> tuple[list[str], AddOptions]:
         after = doc["after"]
         items = after if isinstance(after, list) else [after]
         changes["after"] = ",".join(str(_as_int(a, "after")) if not isinstance(a, str) else a for a in items)
+    # Which GPUs is one setting: a line's count or GPUs replace the command line's request whole,
+    # rather than being refused as disagreeing with a default the line meant to override.
+    if "gpus" in changes or "gpu" in changes:
+        changes.setdefault("gpus", None)
+        changes.setdefault("gpu", None)
+        if changes["gpus"] == 0 and "gpu_mem" not in changes:
+            changes["gpu_mem"] = None  # a CPU-only line needs no GPU memory
+    elif "gpu_mem" in changes and defaults.gpus == 0:
+        changes["gpus"] = None  # a line that needs GPU memory is not CPU-only
     for key in ("tags", "env"):
         if key in doc:
             if not isinstance(doc[key], dict):

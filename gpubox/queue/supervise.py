@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from gpubox.format import span
-from gpubox.probe.launch import probe_environment
+from gpubox.probe.launch import probe_environment, without_probe
 from gpubox.queue import proctree
 from gpubox.queue.jobs import JobSpec, spec_from_json, spec_to_json
 from gpubox.queue.layout import lock_holder_at, log_paths
@@ -83,7 +83,7 @@ def job_environment(
     env["GPUBOX_JOB_ID"] = str(job_id)
     env["GPUBOX_JOB_KIND"] = spec.kind
     env["GPUBOX_JOB_ATTEMPT"] = str(attempt)
-    return probe_environment(env) if spec.probe else env
+    return probe_environment(env) if spec.probe else without_probe(env)
 
 
 def job_argv(spec: JobSpec) -> list[str]:

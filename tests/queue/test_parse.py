@@ -178,3 +178,29 @@ def test_a_job_file_line_that_is_a_json_list_is_refused_and_a_test_command_is_no
         parse_job_file('true\n["python", "x.py"]\n', "jobs.txt", AddOptions())
     with pytest.raises(ValueError, match=r"^jobs.txt:1: a JSON list is not a job"):
         parse_job_file('["python", "x.py"]  # train\n', "jobs.txt", AddOptions())
+
+
+def test_a_job_file_line_that_says_which_gpus_replaces_the_command_lines_request() -> None:
+    """Command-line options are defaults for every line: a line's own GPU count or GPUs is that
+    line's request, not a second one that disagrees with the default."""
+    from gpubox.queue.gpus import GpuInfo
+    from gpubox.queue.submit import AddOptions, build_spec, parse_job_file
+
+    box = [GpuInfo(i, f"GPU-{i}", 80 * GIB, 0) for i in range(2)]
+
+    def spec(line: str, defaults: AddOptions) -> tuple[int | None, tuple[str, ...] | None, int | None]:
+        ((_, argv, opts),) = parse_job_file(line + "\n", "jobs.txt", defaults)
+        s = build_spec(argv, opts, {}, "/", lambda: box)
+        return s.gpus, s.gpu_ids, s.gpu_mem_bytes
+
+    assert spec('{"cmd": "t", "gpu": "1"}', AddOptions(gpus=0)) == (None, ("GPU-1",), None)
+    assert spec('{"cmd": "t", "gpu": "1"}', AddOptions(gpus=2)) == (None, ("GPU-1",), None)
+    assert spec('{"cmd": "t", "gpus": 2}', AddOptions(gpu="0")) == (2, None, None)
+    assert spec('{"cmd": "t", "gpus": 0}', AddOptions(gpu="0", gpu_mem="10G")) == (0, None, None)
+    assert spec('{"cmd": "t", "gpu_mem": "10G"}', AddOptions(gpus=0)) == (None, None, 10 * GIB)
+    # What the line does not say stays the command line's.
+    assert spec('{"cmd": "t", "gpu": "1"}', AddOptions(gpu_mem="10G")) == (None, ("GPU-1",), 10 * GIB)
+    assert spec('{"cmd": "t", "gpus": 2}', AddOptions(gpu_mem="10G")) == (2, None, 10 * GIB)
+    assert spec('{"cmd": "t"}', AddOptions(gpus=0)) == (0, None, None)
+    with pytest.raises(ValueError, match="disagree"):  # within one line, still refused
+        spec('{"cmd": "t", "gpus": 2, "gpu": "1"}', AddOptions())

@@ -492,3 +492,24 @@ def test_a_command_that_does_not_exist_fails_with_127(queue: QueueBox) -> None:
     err = ok(queue("queue", "logs", str(job), "--stderr"))
     assert "gpubox-no-such-command-xyz" in err and "command not found" in err
     assert ok(queue("queue", "logs", str(job))) == ""
+
+
+def test_a_job_run_elsewhere_finds_its_own_folder_in_pwd(queue: QueueBox, tmp_path: Path) -> None:
+    """$PWD is where the job runs (--cwd, or a job file's "cwd"), not where it was added from."""
+    there = tmp_path / "run here"
+    there.mkdir()
+    shell_pwd = {"PWD": str(tmp_path)}  # the adding shell's, as a shell exports it
+    moved = queue.add("--gpus", "0", "--cwd", str(there), "--", "printenv", "PWD", env=shell_pwd)
+    link = tmp_path / "link"
+    link.symlink_to(os.getcwd())  # the folder the job is added from, by the name a shell keeps
+    stayed = queue.add("--gpus", "0", "--", "printenv", "PWD", env={"PWD": str(link)})
+    chosen = queue.add("--gpus", "0", "--cwd", str(there), "--env", "PWD=/x", "--", "printenv", "PWD", env=shell_pwd)
+    jobs = tmp_path / "jobs.txt"
+    jobs.write_text(json.dumps({"argv": ["printenv", "PWD"], "cwd": str(there)}) + "\n")
+    (from_file,) = ids_of(ok(queue("queue", "add", "--gpus", "0", "--file", str(jobs), env=shell_pwd)))
+    for job in (moved, stayed, chosen, from_file):
+        wait_ok(queue, job)
+    assert ok(queue("queue", "logs", str(moved))) == f"{there}\n"
+    assert ok(queue("queue", "logs", str(from_file))) == f"{there}\n"
+    assert ok(queue("queue", "logs", str(stayed))) == f"{link}\n"  # right already: kept
+    assert ok(queue("queue", "logs", str(chosen))) == "/x\n"  # asked for: kept

@@ -662,6 +662,24 @@ def test_job_environment(queue: QueueBox, tmp_path: Path, monkeypatch: pytest.Mo
     assert (tmp_path / "plain.cwd").read_text().strip() == str(workdir.resolve())
 
 
+def test_a_job_without_the_probe_gets_none_from_the_environment_it_was_added_in() -> None:
+    """Added from inside a probed job (or `gpubox run`), the captured PYTHONPATH carries the
+    probe's sitecustomize: --no-probe takes it off, and leaves the user's own entries."""
+    from gpubox.queue.jobs import JobSpec
+    from gpubox.queue.supervise import job_environment
+
+    site = str(SITE_DIR)
+    inherited = {"PYTHONPATH": os.pathsep.join([site, "/opt/mine"])}
+    env = job_environment(JobSpec(argv=("x",), env=inherited, probe=False), 7, 1, ())
+    assert env["PYTHONPATH"] == "/opt/mine"
+    env = job_environment(JobSpec(argv=("x",), env={"PYTHONPATH": site}, probe=False), 7, 1, ())
+    assert "PYTHONPATH" not in env  # not "": that would put the working directory on sys.path
+    env = job_environment(JobSpec(argv=("x",), env={"PYTHONPATH": "/opt/mine"}, probe=False), 7, 1, ())
+    assert env["PYTHONPATH"] == "/opt/mine"
+    env = job_environment(JobSpec(argv=("x",), env=inherited, probe=True), 7, 1, ())
+    assert env["PYTHONPATH"].split(os.pathsep) == [site, "/opt/mine"]  # once, as before
+
+
 # 14. Supervisors run later jobs, but none after a stop
 
 
