@@ -59,6 +59,28 @@ def _spawn(folder: str, job: int, argv: list[str], env: dict[str, str]) -> int:
         os.close(err)
 
 
+Prepared = tuple[int, list[str], int, int]  # a job, its argv, its two logs
+
+
+def _prepare(folder: str, launch: dict[str, object]) -> Prepared:
+    """Open a launch's two logs ahead of its start."""
+    job = int(str(launch["id"]))
+    out = os.open(os.path.join(folder, f"{job}.out"), FLAGS, 0o600)
+    err = os.open(os.path.join(folder, f"{job}.err"), FLAGS, 0o600)
+    return job, [str(a) for a in launch["argv"]], out, err  # type: ignore[attr-defined]
+
+
+def _start(prepared: Prepared, env: dict[str, str]) -> int:
+    """Start a prepared job with its logs; its pid."""
+    _, argv, out, err = prepared
+    actions = [(os.POSIX_SPAWN_DUP2, out, 1), (os.POSIX_SPAWN_DUP2, err, 2)]
+    try:
+        return os.posix_spawnp(argv[0], argv, env, file_actions=actions, setpgroup=0)
+    finally:
+        os.close(out)
+        os.close(err)
+
+
 def _end(job: int, status: int) -> bytes:
     return json.dumps({"job": job, "exit_code": os.waitstatus_to_exitcode(status), "ended_at": time.time()}).encode()
 
@@ -96,7 +118,7 @@ def _runner(control: socket.socket, folder: str) -> None:
     sel = selectors.DefaultSelector()
     sel.register(control, selectors.EVENT_READ, None)
     env = dict(os.environ)
-    prepared: tuple[int, list[str], int, int] | None = None  # the next job, its argv, its two logs
+    prepared: Prepared | None = None
     while True:
         for key, _ in sel.select():
             if key.data is None:
@@ -104,19 +126,12 @@ def _runner(control: socket.socket, folder: str) -> None:
                 if not message:
                     return
                 if message != b"G":
-                    launch = json.loads(message)
-                    out = os.open(os.path.join(folder, f"{launch['id']}.out"), FLAGS, 0o600)
-                    err = os.open(os.path.join(folder, f"{launch['id']}.err"), FLAGS, 0o600)
-                    prepared = (int(launch["id"]), [str(a) for a in launch["argv"]], out, err)
+                    prepared = _prepare(folder, json.loads(message))
                     continue
                 assert prepared is not None
-                job, argv, out, err = prepared
+                pid = _start(prepared, env)
+                sel.register(os.pidfd_open(pid), selectors.EVENT_READ, (prepared[0], pid))
                 prepared = None
-                actions = [(os.POSIX_SPAWN_DUP2, out, 1), (os.POSIX_SPAWN_DUP2, err, 2)]
-                pid = os.posix_spawnp(argv[0], argv, env, file_actions=actions, setpgroup=0)
-                os.close(out)
-                os.close(err)
-                sel.register(os.pidfd_open(pid), selectors.EVENT_READ, (job, pid))
             else:
                 job, pid = key.data
                 sel.unregister(key.fd)
@@ -186,7 +201,7 @@ def _chained_runner(control: socket.socket, folder: str, db_path: str) -> None:
     env = dict(os.environ)
     sel = selectors.DefaultSelector()
     sel.register(control, selectors.EVENT_READ, None)
-    prepared: tuple[int, list[str], int, int] | None = None  # the next job, its argv, its two logs
+    prepared: Prepared | None = None
     running: tuple[int, int] | None = None  # job, pid
     while True:
         for key, _ in sel.select():
@@ -194,11 +209,7 @@ def _chained_runner(control: socket.socket, folder: str, db_path: str) -> None:
                 message = control.recv(65536)
                 if not message:
                     return
-                launch = json.loads(message)
-                flags = FLAGS
-                out = os.open(os.path.join(folder, f"{launch['id']}.out"), flags, 0o600)
-                err = os.open(os.path.join(folder, f"{launch['id']}.err"), flags, 0o600)
-                prepared = (int(launch["id"]), [str(a) for a in launch["argv"]], out, err)
+                prepared = _prepare(folder, json.loads(message))
                 if running is not None:
                     continue
                 db.execute("BEGIN IMMEDIATE")
@@ -223,15 +234,10 @@ def _chained_runner(control: socket.socket, folder: str, db_path: str) -> None:
                     control.send(json.dumps({"ended": job}).encode())
                     continue
             assert prepared is not None
-            job, argv, out, err = prepared
+            running = (prepared[0], _start(prepared, env))
             prepared = None
-            actions = [(os.POSIX_SPAWN_DUP2, out, 1), (os.POSIX_SPAWN_DUP2, err, 2)]
-            pid = os.posix_spawnp(argv[0], argv, env, file_actions=actions, setpgroup=0)
-            os.close(out)
-            os.close(err)
-            running = (job, pid)
-            sel.register(os.pidfd_open(pid), selectors.EVENT_READ, running)
-            control.send(json.dumps({"started": job}).encode())
+            sel.register(os.pidfd_open(running[1]), selectors.EVENT_READ, running)
+            control.send(json.dumps({"started": running[0]}).encode())
 
 
 def planner_and_chained_runner(n: int) -> float:
