@@ -21,6 +21,16 @@ from tests.queue.conftest import QueueBox, wait_until
 HANG = 60.0
 
 
+def echo_through(queue: QueueBox, env: dict[str, str]) -> None:
+    """Run `echo hello` through the queue as `env` names it: added, waited for, and its log read."""
+    added = queue("queue", "add", "--gpus", "0", "--shell", "--", "echo hello", env=env)
+    assert added.returncode == 0, added.stderr
+    job = added.stdout.strip()
+    waited = queue("queue", "wait", job, env=env, timeout=HANG)
+    assert waited.returncode == 0, waited.stderr
+    assert queue("queue", "logs", job, env=env).stdout == "hello\n"
+
+
 def hold_until(go: Path) -> str:
     return f"while [ ! -e {go} ]; do sleep 0.05; done"
 
@@ -214,12 +224,7 @@ def test_relative_state_and_runtime_folders_are_the_clients_not_the_daemons(
     work.mkdir()
     monkeypatch.chdir(work)
     relative = {"GPUBOX_STATE_DIR": "my-state", "GPUBOX_RUNTIME_DIR": "my-run"}
-    added = queue("queue", "add", "--gpus", "0", "--shell", "--", "echo hello", env=relative)
-    assert added.returncode == 0, added.stderr
-    job = added.stdout.strip()
-    waited = queue("queue", "wait", job, env=relative, timeout=HANG)
-    assert waited.returncode == 0, waited.stderr
-    assert queue("queue", "logs", job, env=relative).stdout == "hello\n"
+    echo_through(queue, relative)
     assert (work / "my-state" / "queue.db").is_file()
     assert queue("daemon", "stop", env=relative).returncode == 0
     # Started by hand from that directory, the daemon hands its supervisors whole paths too.
@@ -256,12 +261,7 @@ def test_a_relative_home_reaches_the_daemon_resolved(
     }
     (tmp_path / "run").mkdir(mode=0o700)
     try:
-        added = queue("queue", "add", "--gpus", "0", "--shell", "--", "echo hello", env=env)
-        assert added.returncode == 0, added.stderr
-        job = added.stdout.strip()
-        waited = queue("queue", "wait", job, env=env, timeout=HANG)
-        assert waited.returncode == 0, waited.stderr
-        assert queue("queue", "logs", job, env=env).stdout == "hello\n"
+        echo_through(queue, env)
         assert (work / "me" / ".local" / "state" / "gpubox" / "queue.db").is_file()
         status = queue("daemon", "status", "--json", env=env)
         assert status.returncode == 0, status.stderr
