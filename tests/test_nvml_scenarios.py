@@ -179,8 +179,13 @@ def test_mig_instances(tmp_path: Path) -> None:
     # GPM per instance, through nvmlGpmMigSampleGet on the parent.
     assert [g["sm_active"] for g in instances] == [m.sm_active for m in spec.migs]
     assert [g["sm_occupancy"] for g in instances] == [m.sm_occupancy for m in spec.migs]
-    # The link is the card's.
+    # The link is the card's, and so is its traffic: an instance row that said 0 B/s would look
+    # like a starved job.
     assert all(g["pcie_link_gen_max"] == spec.pcie_gen_max for g in instances)
+    assert (parent["pcie_tx_Bps"], parent["pcie_rx_Bps"]) == (spec.pcie_tx_bps, spec.pcie_rx_bps)
+    for g in instances:
+        assert g["pcie_tx_Bps"] is None and g["pcie_rx_Bps"] is None and g["pcie_source"] is None
+        assert g["reasons"]["pcie_tx_Bps"] == g["reasons"]["pcie_rx_Bps"] == "not_supported"
     # So is the energy counter: counted once, on the card, never again per instance.
     assert parent["energy_mj"] == spec.energy_mj
     assert all(g["energy_mj"] is None and g["reasons"]["energy_mj"] == "not_supported" for g in instances)
@@ -192,19 +197,6 @@ def test_mig_instances(tmp_path: Path) -> None:
         assert p["gpu_uuid"] == by_uuid[fp.gpu_instance_id]
         assert p["gpu_mem_bytes"] == fp.used_memory
         assert p["sm_util"] is None and p["reasons"]["sm_util"] == "not_supported"
-
-
-def test_mig_instances_leave_pcie_traffic_to_the_card(tmp_path: Path) -> None:
-    # The card moves the bytes; an instance row that said 0 B/s would look like a starved job.
-    box = scenarios.mig(processes_per_instance=1)
-    code, doc, err = top_json(box, tmp_path)
-    assert code == 0, err
-    parent, *instances = doc["data"]["gpus"]
-    spec = box.gpus[0]
-    assert (parent["pcie_tx_Bps"], parent["pcie_rx_Bps"]) == (spec.pcie_tx_bps, spec.pcie_rx_bps)
-    for g in instances:
-        assert g["pcie_tx_Bps"] is None and g["pcie_rx_Bps"] is None and g["pcie_source"] is None
-        assert g["reasons"]["pcie_tx_Bps"] == g["reasons"]["pcie_rx_Bps"] == "not_supported"
 
 
 def test_pcie_counters_when_gpm_has_no_pcie_metrics(tmp_path: Path) -> None:
