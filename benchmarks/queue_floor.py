@@ -35,6 +35,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 
 FLAGS = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC
 
@@ -112,34 +113,51 @@ def one_process(n: int) -> float:
     return took
 
 
+class _Wakes:
+    """What wakes a runner: a message from the planner, or the end of a job it started (watched
+    through a pidfd)."""
+
+    def __init__(self, control: socket.socket) -> None:
+        self.control = control
+        self.sel = selectors.DefaultSelector()
+        self.sel.register(control, selectors.EVENT_READ, None)
+
+    def watch(self, job: int, pid: int) -> None:
+        self.sel.register(os.pidfd_open(pid), selectors.EVENT_READ, (job, pid))
+
+    def __iter__(self) -> Iterator[tuple[bytes, None] | tuple[None, tuple[int, int]]]:
+        """(message, None), or (None, (job, wait status)); ends when the planner hangs up."""
+        while True:
+            for key, _ in self.sel.select():
+                if key.data is None:
+                    message = self.control.recv(65536)
+                    if not message:
+                        return
+                    yield message, None
+                else:
+                    job, pid = key.data
+                    self.sel.unregister(key.fd)
+                    os.close(key.fd)
+                    yield None, (job, os.waitpid(pid, 0)[1])
+
+
 def _runner(control: socket.socket, folder: str) -> None:
     """Prepare each launch it is sent (its logs), while the job before runs; start it on "go";
     answer with the job's end."""
-    sel = selectors.DefaultSelector()
-    sel.register(control, selectors.EVENT_READ, None)
+    wakes = _Wakes(control)
     env = dict(os.environ)
     prepared: Prepared | None = None
-    while True:
-        for key, _ in sel.select():
-            if key.data is None:
-                message = control.recv(65536)
-                if not message:
-                    return
-                if message != b"G":
-                    prepared = _prepare(folder, json.loads(message))
-                    continue
-                assert prepared is not None
-                pid = _start(prepared, env)
-                sel.register(os.pidfd_open(pid), selectors.EVENT_READ, (prepared[0], pid))
-                prepared = None
-            else:
-                job, pid = key.data
-                sel.unregister(key.fd)
-                os.close(key.fd)
-                _, status = os.waitpid(pid, 0)
-                # The end goes over the socket; gpubox writes an exit record only when its daemon
-                # does not acknowledge it.
-                control.send(_end(job, status))
+    for message, ended in wakes:
+        if ended is not None:
+            # The end goes over the socket; gpubox writes an exit record only when its daemon
+            # does not acknowledge it.
+            control.send(_end(*ended))
+        elif message is not None and message != b"G":
+            prepared = _prepare(folder, json.loads(message))
+        else:
+            assert prepared is not None
+            wakes.watch(prepared[0], _start(prepared, env))
+            prepared = None
 
 
 def planner_and_runner(n: int) -> float:
@@ -199,45 +217,35 @@ def _chained_runner(control: socket.socket, folder: str, db_path: str) -> None:
     db = sqlite3.connect(db_path, isolation_level=None)
     db.execute("PRAGMA synchronous=NORMAL")
     env = dict(os.environ)
-    sel = selectors.DefaultSelector()
-    sel.register(control, selectors.EVENT_READ, None)
+    wakes = _Wakes(control)
     prepared: Prepared | None = None
-    running: tuple[int, int] | None = None  # job, pid
-    while True:
-        for key, _ in sel.select():
-            if key.data is None:
-                message = control.recv(65536)
-                if not message:
-                    return
-                prepared = _prepare(folder, json.loads(message))
-                if running is not None:
-                    continue
-                db.execute("BEGIN IMMEDIATE")
+    running = False
+    for message, ended in wakes:
+        if ended is None:
+            assert message is not None
+            prepared = _prepare(folder, json.loads(message))
+            if running:
+                continue  # it starts when the job running now ends
+            db.execute("BEGIN IMMEDIATE")
+            db.execute("UPDATE jobs SET state = 'running' WHERE id = ?", (prepared[0],))
+            db.execute("COMMIT")
+        else:
+            running = False
+            job, status = ended
+            db.execute("BEGIN IMMEDIATE")
+            db.execute("SELECT value FROM rev").fetchone()  # the planner's guess still holds
+            code = os.waitstatus_to_exitcode(status)
+            db.execute("UPDATE jobs SET state = 'succeeded', exit_code = ? WHERE id = ?", (code, job))
+            if prepared is not None:
                 db.execute("UPDATE jobs SET state = 'running' WHERE id = ?", (prepared[0],))
-                db.execute("COMMIT")
-            else:
-                job, pid = key.data
-                sel.unregister(key.fd)
-                os.close(key.fd)
-                _, status = os.waitpid(pid, 0)
-                running = None
-                db.execute("BEGIN IMMEDIATE")
-                db.execute("SELECT value FROM rev").fetchone()  # the planner's guess still holds
-                db.execute(
-                    "UPDATE jobs SET state = 'succeeded', exit_code = ? WHERE id = ?",
-                    (os.waitstatus_to_exitcode(status), job),
-                )
-                if prepared is not None:
-                    db.execute("UPDATE jobs SET state = 'running' WHERE id = ?", (prepared[0],))
-                db.execute("COMMIT")
-                if prepared is None:
-                    control.send(json.dumps({"ended": job}).encode())
-                    continue
-            assert prepared is not None
-            running = (prepared[0], _start(prepared, env))
-            prepared = None
-            sel.register(os.pidfd_open(running[1]), selectors.EVENT_READ, running)
-            control.send(json.dumps({"started": running[0]}).encode())
+            db.execute("COMMIT")
+            if prepared is None:
+                control.send(json.dumps({"ended": job}).encode())
+                continue
+        wakes.watch(prepared[0], _start(prepared, env))
+        running = True
+        control.send(json.dumps({"started": prepared[0]}).encode())
+        prepared = None
 
 
 def planner_and_chained_runner(n: int) -> float:
