@@ -14,7 +14,7 @@ import pytest
 
 from tests.fake_nvml import scenarios
 from tests.fake_nvml.build import fake_nvml_env
-from tests.fake_nvml.scenarios import MIB, FakeBox, FakeGpu
+from tests.fake_nvml.scenarios import MIB, FakeBox, FakeGpu, FakeProcess
 from tests.helpers import run_gpubox
 
 EVENT_NAMES = {
@@ -122,6 +122,23 @@ def test_no_permission_on_process_utilization(tmp_path: Path) -> None:
         assert p["gpu_mem_bytes"] is not None
     for gpu, spec in zip(doc["data"]["gpus"], box.gpus, strict=True):
         assert gpu["sm_active"] == spec.sm_active  # the rest of the GPU is unaffected
+
+
+def test_the_clients_of_an_mps_server_are_listed(tmp_path: Path) -> None:
+    """Under MPS the compute list holds only the server: the clients doing the work must show."""
+    box = scenarios.hopper(gpus=1, processes=0)
+    gpu = box.gpus[0]
+    gpu.processes = [
+        FakeProcess(pid=4000, used_memory=512 * MIB),  # nvidia-cuda-mps-server
+        FakeProcess(pid=4001, used_memory=20 << 30, type="mps"),
+        FakeProcess(pid=4002, used_memory=30 << 30, type="mps"),
+    ]
+    code, doc, err = top_json(box, tmp_path)
+    assert code == 0, err
+    procs = {p["pid"]: p for p in doc["data"]["processes"]}
+    assert {pid: p["kind"] for pid, p in procs.items()} == {4000: "compute", 4001: "mps", 4002: "mps"}
+    assert procs[4002]["gpu_mem_bytes"] == 30 << 30 and procs[4002]["gpu_uuid"] == gpu.uuid
+    assert "processes" not in doc["data"]["gpus"][0]["reasons"]
 
 
 def test_gpu_lost_mid_run(tmp_path: Path) -> None:

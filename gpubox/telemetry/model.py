@@ -78,7 +78,7 @@ class ProcessSnapshot:
     pid: int  # a host pid, also for processes inside containers
     gpu_index: int
     gpu_uuid: str
-    kind: str  # "compute" or "graphics"
+    kind: str  # "compute", "graphics", or "mps" (a client of an MPS server, which is "compute")
     user: str | None = None
     command: str | None = None
     sm_util: float | None = None

@@ -241,15 +241,21 @@ class NvmlBackend:
         processes are then unknown, not none)."""
         n, h = self._nvml, dev.handle
         found: dict[int, tuple[str, int | None]] = {}
-        for kind, fn in (
+        lists: list[tuple[str, Callable[..., Any]]] = [
             ("graphics", n.nvmlDeviceGetGraphicsRunningProcesses),
             ("compute", n.nvmlDeviceGetComputeRunningProcesses),
-        ):
+        ]
+        # Under MPS the compute list holds only the MPS server; its clients, the work, are listed
+        # apart (a binding or driver without the call has no MPS clients to show).
+        mps = getattr(n, "nvmlDeviceGetMPSComputeRunningProcesses", None)
+        if mps is not None:
+            lists.append(("mps", mps))
+        for kind, fn in lists:
             why: dict[str, str] = {}
             for p in self._call(dev, f"{kind}_processes", partial(fn, h), why) or []:
                 mem = p.usedGpuMemory
                 found[int(p.pid)] = (kind, int(mem) if mem is not None else None)
-            if why:
+            if why and kind != "mps":  # a box without MPS leaves no process unknown
                 gpu_reasons["processes"] = why[f"{kind}_processes"]
         if not found:
             return []

@@ -97,7 +97,8 @@
  *
  * [process]
  *   pid=  used_memory= (bytes)  sm_util=  mem_util=  enc_util=0  dec_util=0
- *   type=compute | graphics | both     sampled=1 (0: no utilization sample, the process ran no
+ *   type=compute | graphics | both | mps (an MPS client: listed by the MPS call only)
+ *   sampled=1 (0: no utilization sample, the process ran no
  *   kernel)   gpu_instance_id=  compute_instance_id=0  (MIG only)
  *
  * ---------------------------------------------------------------------------------------------
@@ -765,7 +766,7 @@ static nvmlReturn_t load_scenario(void)
         for (unsigned int m = 0; !found && m < p->gpu->n_migs; m++)
             found = p->gpu->migs[m]->gpu_instance_id == (unsigned long long)p->gpu_instance_id;
         if (!found || (strcmp(p->type, "compute") && strcmp(p->type, "graphics") &&
-                       strcmp(p->type, "both"))) {
+                       strcmp(p->type, "both") && strcmp(p->type, "mps"))) {
             snprintf(g_parse_error, sizeof g_parse_error,
                      "process %u: unknown gpu_instance_id or type", p->pid);
             rc = -1, lineno = 0;
@@ -1566,14 +1567,14 @@ static int proc_on(const struct proc *p, struct dev *d)
 }
 
 /* The two-call pattern of the running-process queries: size first, then fill. */
-static nvmlReturn_t running_processes(struct dev *d, int graphics, unsigned int *count,
+static nvmlReturn_t running_processes(struct dev *d, const char *wanted, unsigned int *count,
                                       nvmlProcessInfo_t *infos)
 {
     unsigned int n = 0;
     for (unsigned int i = 0; i < g_n_procs; i++) {
         const struct proc *p = &g_procs[i];
-        const char *wanted = graphics ? "graphics" : "compute";
-        int kind = strcmp(p->type, "both") == 0 || strcmp(p->type, wanted) == 0;
+        int both = strcmp(p->type, "both") == 0 && strcmp(wanted, "mps") != 0;
+        int kind = both || strcmp(p->type, wanted) == 0;
         if (!kind || !proc_on(p, d))
             continue;
         if (infos && n < *count) {
@@ -1599,7 +1600,7 @@ API nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t device,
                                                          nvmlProcessInfo_t *infos)
 {
     BEGIN_DEVICE(device, infoCount);
-    RETURN(running_processes(d, 0, infoCount, infos));
+    RETURN(running_processes(d, "compute", infoCount, infos));
 }
 
 API nvmlReturn_t nvmlDeviceGetGraphicsRunningProcesses_v3(nvmlDevice_t device,
@@ -1607,18 +1608,16 @@ API nvmlReturn_t nvmlDeviceGetGraphicsRunningProcesses_v3(nvmlDevice_t device,
                                                           nvmlProcessInfo_t *infos)
 {
     BEGIN_DEVICE(device, infoCount);
-    RETURN(running_processes(d, 1, infoCount, infos));
+    RETURN(running_processes(d, "graphics", infoCount, infos));
 }
 
-/* No MPS server runs on a fake box. */
+/* The clients of an MPS server: processes of type "mps". */
 API nvmlReturn_t nvmlDeviceGetMPSComputeRunningProcesses_v3(nvmlDevice_t device,
                                                             unsigned int *infoCount,
                                                             nvmlProcessInfo_t *infos)
 {
-    (void)infos;
     BEGIN_DEVICE(device, infoCount);
-    *infoCount = 0;
-    RETURN(NVML_SUCCESS);
+    RETURN(running_processes(d, "mps", infoCount, infos));
 }
 
 API nvmlReturn_t nvmlDeviceGetProcessUtilization(nvmlDevice_t device,

@@ -44,7 +44,7 @@ class FakeProcess:
     mem_util: int = 0
     enc_util: int = 0
     dec_util: int = 0
-    type: str = "compute"  # "compute", "graphics" or "both"
+    type: str = "compute"  # "compute", "graphics", "both", or "mps" (a client of an MPS server)
     sampled: bool = True  # False: no utilization sample (the process ran no kernel lately)
     gpu_instance_id: int | None = None  # the MIG device it runs in
     compute_instance_id: int = 0
