@@ -151,6 +151,7 @@ class Daemon:
         self._guess: _Guess | None = None
         self._armed: _Armed | None = None
         self._refresh_at: float | None = None  # when to plan again after fast starts (monotonic)
+        self._reboot_checked = False  # the jobs that ran before a restart of the machine are marked lost
 
     # Set-up
 
@@ -222,9 +223,6 @@ class Daemon:
                 self.log(f"could not start the supervisor spawner: {exc}; trying again when a job starts")
             if store.any_queued():
                 self._keep_spare(True)
-            lost = store.lost_after_reboot(self.boot)
-            if lost:
-                self.log(f"marked lost after a restart of the machine: jobs {', '.join(map(str, lost))}")
             listener = self._listen()
             ensure_private_dir(self.logs_dir)
             signal.set_wakeup_fd(wake_w)
@@ -274,6 +272,14 @@ class Daemon:
         said: tuple[str, float] | None = None  # the failure logged last, and when
         while not self._stop:
             try:
+                if not self._reboot_checked:
+                    # In the loop, tried again like a pass: a database held locked for a while (a
+                    # backup, an sqlite3 shell) must not end a daemon that is only starting.
+                    # Before any pass, which would take those jobs for ones whose supervisor died.
+                    lost = store.lost_after_reboot(self.boot)
+                    self._reboot_checked = True
+                    if lost:
+                        self.log(f"marked lost after a restart of the machine: jobs {', '.join(map(str, lost))}")
                 for key, _ in sel.select(timeout=self._timeout()):
                     if key.data == "listen":
                         self._accept(listener, store)

@@ -1,0 +1,55 @@
+"""The daemon on a shared box in trouble: a database someone holds locked, a state folder removed
+under it, a clock set back. It goes on (or steps aside) without losing or hiding a job."""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+
+from gpubox.queue.store import JobSpec, JobStore
+from tests.queue.conftest import QueueBox, wait_until
+from tests.queue.test_queue_processes import HANG
+
+
+def start_unwatched_daemon(queue: QueueBox, env: dict[str, str]) -> subprocess.Popen[bytes]:
+    """`gpubox daemon` in the background, without waiting for it to listen."""
+    with open(queue.home / "daemon-test.log", "ab") as log:
+        return subprocess.Popen(
+            [sys.executable, "-m", "gpubox", "daemon"],
+            env={**os.environ, **queue.env, **env},
+            stdout=log,
+            stderr=log,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+
+
+def test_a_daemon_started_while_the_database_is_held_locked_waits_for_it(queue: QueueBox, tmp_path: Path) -> None:
+    """A backup or an sqlite3 shell holding the write lock longer than the busy timeout: the
+    daemon says so and tries again, then marks lost what ran before the reboot and runs the rest."""
+    ran = tmp_path / "ran"
+    with JobStore(queue.db) as store:
+        before = store.add(JobSpec(argv=("true",), gpus=0))
+        assert store.mark_started(before.id, 1 << 30, (), "boot-before")  # no such pid
+        waiting = store.add(JobSpec(argv=("sh", "-c", f"echo ran > {ran}"), gpus=0))
+    holder = sqlite3.connect(queue.db, isolation_level=None)
+    holder.execute("BEGIN IMMEDIATE")
+    try:
+        daemon = start_unwatched_daemon(queue, {"GPUBOX_BOOT_ID": "boot-now"})
+        log = queue.home / "daemon-test.log"
+        wait_until(
+            lambda: "database is locked" in log.read_text() or daemon.poll() is not None, HANG, "the daemon to try"
+        )
+        assert daemon.poll() is None, log.read_text()
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+    row = queue.wait_state(waiting.id, ("succeeded", "failed", "lost"), timeout=HANG)
+    assert row["state"] == "succeeded"
+    assert ran.read_text() == "ran\n"
+    lost = queue.job(before.id)
+    assert (lost["state"], lost["reason"]) == ("lost", "the machine restarted while the job ran")
+    assert daemon.poll() is None and queue.daemon_pid() == daemon.pid
