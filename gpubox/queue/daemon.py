@@ -21,6 +21,7 @@ import dataclasses
 import fcntl
 import functools
 import json
+import math
 import os
 import selectors
 import signal
@@ -144,13 +145,16 @@ class Daemon:
         self.started_at = clock()
         self._stop = False
         self._dirty = True
-        self._no_gpus_until = 0.0
-        self._last_full = 0.0  # when every queued job was last read
+        # When every queued job was last read, and until when NVML is not asked again: on the
+        # monotonic clock, as intervals. On the wall clock, one set back an hour stopped the timed
+        # passes for an hour (a killed supervisor unnoticed, jobs waiting on GPU memory held).
+        self._last_full = -math.inf
         self._active = True  # jobs were queued or running at the last pass
         self._cpu_config = dataclasses.replace(config, preempt=False, max_cpu_jobs=1 << 30)
         self._guess: _Guess | None = None
         self._armed: _Armed | None = None
         self._refresh_at: float | None = None  # when to plan again after fast starts (monotonic)
+        self._no_gpus_until = -math.inf
         self._reboot_checked = False  # the jobs that ran before a restart of the machine are marked lost
 
     # Set-up
@@ -306,13 +310,13 @@ class Daemon:
                     version, self._dirty = current, True
                 if self._refresh_at is not None and time.monotonic() >= self._refresh_at:
                     self._dirty = True
-                due = self.clock() - self._last_full >= self.config.poll_interval_s
+                due = time.monotonic() - self._last_full >= self.config.poll_interval_s
                 if self._dirty or (due and self._active):
                     self._dirty = False
                     self._refresh_at = None
                     self._pass(store, full=due)
                     if due:
-                        self._last_full = self.clock()
+                        self._last_full = time.monotonic()
                     version = store.data_version()
                 if failures and said is not None:
                     self.log("working again")
@@ -408,14 +412,14 @@ class Daemon:
         """The GPUs now; [] on a box without NVIDIA GPUs; None when it has some that NVML cannot
         read now (a driver still loading, an upgrade): GPU jobs then wait instead of starting
         without a GPU."""
-        if self.clock() < self._no_gpus_until:
+        if time.monotonic() < self._no_gpus_until:
             return None if self._nvml_error else []
         try:
             self.last_gpus = list(self.gpus_source.read())
             self._nvml_error = None
             return self.last_gpus
         except NoNvml as exc:
-            self._no_gpus_until = self.clock() + 10.0  # do not try on every pass
+            self._no_gpus_until = time.monotonic() + 10.0  # do not try on every pass
             self._nvml_error = str(exc) if nvidia_devices_present() else None
             return None if self._nvml_error else []
 

@@ -7,10 +7,14 @@ import os
 import sqlite3
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
+from gpubox.paths import Paths
+from gpubox.queue.daemon import Daemon
+from gpubox.queue.schedule import QueueConfig
 from gpubox.queue.store import JobSpec, JobStore
-from tests.queue.conftest import QueueBox, wait_until
+from tests.queue.conftest import Clock, NoGpus, QueueBox, wait_until
 from tests.queue.test_queue_processes import HANG
 
 
@@ -53,3 +57,27 @@ def test_a_daemon_started_while_the_database_is_held_locked_waits_for_it(queue: 
     lost = queue.job(before.id)
     assert (lost["state"], lost["reason"]) == ("lost", "the machine restarted while the job ran")
     assert daemon.poll() is None and queue.daemon_pid() == daemon.pid
+
+
+def test_timed_passes_go_on_after_the_clock_is_set_back(paths: Paths) -> None:
+    """The timed pass is what notices a supervisor killed with SIGKILL and GPU memory freed
+    outside the queue: a clock set back an hour (NTP, a person) must not hold it for that hour."""
+    clock = Clock(10_000.0)
+    daemon = Daemon(paths, QueueConfig(poll_interval_s=0.05), gpu_source=NoGpus(), clock=clock)
+    full_passes: list[float] = []
+
+    def counting_pass(store: object, full: bool = True) -> None:
+        if full:
+            full_passes.append(clock.now)
+            clock.now -= 3600.0  # set back after each pass
+        if len(full_passes) == 3:
+            daemon._stop = True
+
+    daemon._pass = counting_pass  # type: ignore[method-assign]
+    guard = threading.Timer(HANG, lambda: setattr(daemon, "_stop", True))  # only against a hang
+    guard.start()
+    try:
+        daemon.run()
+    finally:
+        guard.cancel()
+    assert full_passes == [10_000.0, 6400.0, 2800.0]
