@@ -30,6 +30,7 @@ import sys
 import time
 from collections.abc import Callable, Mapping
 from contextlib import suppress
+from pathlib import Path
 from typing import Any
 
 from gpubox import __version__
@@ -156,6 +157,7 @@ class Daemon:
         self._refresh_at: float | None = None  # when to plan again after fast starts (monotonic)
         self._no_gpus_until = -math.inf
         self._reboot_checked = False  # the jobs that ran before a restart of the machine are marked lost
+        self._opened: tuple[tuple[int, int], tuple[int, int] | None] | None = None  # the lock and database
 
     # Set-up
 
@@ -211,6 +213,8 @@ class Daemon:
     def run(self) -> int:
         lock_fd = self._lock()
         store = JobStore(self.db_path, clock=self.clock, durable=False)
+        self._opened = (_identity(os.fstat(lock_fd)), _identity(os.stat(self.db_path)))
+        listening: tuple[int, int] | None = None
         wake_r, wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
         # Supervisors write "<job> <attempt>" here once the exit record is on disk.
         done_r, self._done_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
@@ -228,6 +232,7 @@ class Daemon:
             if store.any_queued():
                 self._keep_spare(True)
             listener = self._listen()
+            listening = _identity(os.stat(self.socket_path))
             ensure_private_dir(self.logs_dir)
             signal.set_wakeup_fd(wake_w)
             for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
@@ -248,8 +253,11 @@ class Daemon:
                 signal.signal(sig, handler)
             if listener is not None:
                 listener.close()
-                with suppress(FileNotFoundError):
-                    os.unlink(self.socket_path)
+                # Only our own: a daemon whose state folder was removed leaves the socket that a
+                # daemon for the new one may have bound since.
+                with suppress(OSError):
+                    if listening is not None and _file_identity(self.socket_path) == listening:
+                        os.unlink(self.socket_path)
             for fd in (wake_r, wake_w, done_r, self._done_w):
                 os.close(fd)
             store.close()
@@ -284,7 +292,12 @@ class Daemon:
                     self._reboot_checked = True
                     if lost:
                         self.log(f"marked lost after a restart of the machine: jobs {', '.join(map(str, lost))}")
-                for key, _ in sel.select(timeout=self._timeout()):
+                events = sel.select(timeout=self._timeout())
+                gone = self._state_replaced()
+                if gone is not None:
+                    self.log(f"{gone}; stopping")
+                    break
+                for key, _ in events:
                     if key.data == "listen":
                         self._accept(listener, store)
                     elif key.data == "spawner" and self.pool is not None:
@@ -332,6 +345,18 @@ class Daemon:
                     said = (what, time.monotonic())
                 self._dirty = True
                 time.sleep(min(0.1 * 2 ** min(failures, 10), self.config.poll_interval_s))  # 2**1024 overflows
+
+    def _state_replaced(self) -> str | None:
+        """Why this daemon's state is no longer the state folder's (removed, or replaced: a reset
+        to start afresh), or None. Another daemon may serve the new one; this one would go on
+        running the old queue's jobs where nobody can see or cancel them."""
+        try:
+            now = (_file_identity(self.paths.state_dir / LOCK_NAME), _file_identity(self.db_path))
+        except OSError:  # a folder made unreadable, say: not known to be another queue's
+            return None
+        if now == self._opened:
+            return None
+        return f"the state folder {self.paths.state_dir} was removed or replaced under this daemon"
 
     def _timeout(self) -> float:
         if self._dirty:
@@ -903,6 +928,19 @@ def _keeps(outcome: supervise.Outcome, asked: bool) -> bool:
     """Whether a supervisor may run another job after this one: not when anyone asked to stop its
     job, nor when a signal stopped it (someone's `kill`): another may be on its way to it."""
     return not asked and outcome.ran and outcome.outcome not in ("cancelled", "preempted")
+
+
+def _identity(st: os.stat_result) -> tuple[int, int]:
+    return st.st_dev, st.st_ino
+
+
+def _file_identity(path: Path) -> tuple[int, int] | None:
+    """Which file is at `path` now (None: none), to tell it from one made there since; OSError
+    when that cannot be told."""
+    try:
+        return _identity(os.stat(path))
+    except (FileNotFoundError, NotADirectoryError):
+        return None
 
 
 def _drain(fd: int) -> bytes:

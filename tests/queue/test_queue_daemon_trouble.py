@@ -4,6 +4,7 @@ under it, a clock set back. It goes on (or steps aside) without losing or hiding
 from __future__ import annotations
 
 import os
+import shutil
 import sqlite3
 import subprocess
 import sys
@@ -15,7 +16,7 @@ from gpubox.queue.daemon import Daemon
 from gpubox.queue.schedule import QueueConfig
 from gpubox.queue.store import JobSpec, JobStore
 from tests.queue.conftest import Clock, NoGpus, QueueBox, wait_until
-from tests.queue.test_queue_processes import HANG
+from tests.queue.test_queue_processes import HANG, hold_until
 
 
 def start_unwatched_daemon(queue: QueueBox, env: dict[str, str]) -> subprocess.Popen[bytes]:
@@ -81,3 +82,32 @@ def test_timed_passes_go_on_after_the_clock_is_set_back(paths: Paths) -> None:
     finally:
         guard.cancel()
     assert full_passes == [10_000.0, 6400.0, 2800.0]
+
+
+def test_a_daemon_whose_state_folder_is_removed_steps_aside(queue: QueueBox, tmp_path: Path) -> None:
+    """`rm -rf` of the state folder to start afresh while jobs run: the old daemon runs nothing
+    more of the old queue, where nobody could see or cancel it, and leaves the socket of the
+    daemon that serves the new folder alone."""
+    queue.extra_env["GPUBOX_QUEUE_MAX_CPU_JOBS"] = "1"
+    # Woken only by its job's end: the new daemon is up by then.
+    old = queue.start_daemon(env={"GPUBOX_QUEUE_POLL_INTERVAL": "3600"})
+    release, ran = tmp_path / "release", tmp_path / "ran"
+    first = queue.add("--gpus", "0", "--shell", "--", hold_until(release))
+    second = queue.add("--gpus", "0", "--shell", "--", f"echo second >> {ran}")
+    queue.wait_state(first, ("running",), timeout=HANG)
+    assert queue.job(second)["state"] == "queued"
+    old_socket = os.stat(queue.socket).st_ino
+
+    shutil.rmtree(queue.state_dir)
+    new = queue.start_daemon()
+    wait_until(lambda: queue.daemon_pid() == new.pid, HANG, "the new daemon to take its lock")
+    wait_until(lambda: os.stat(queue.socket).st_ino != old_socket, HANG, "the new daemon to listen")
+
+    release.touch()  # the old daemon hears of its job's end
+    assert old.wait(timeout=HANG) == 0
+    assert not ran.exists()
+    log = (queue.home / "daemon-test.log").read_text()
+    assert f"the state folder {queue.state_dir} was removed or replaced under this daemon; stopping" in log
+    status = queue("daemon", "status")
+    assert status.returncode == 0 and f"pid {new.pid}" in status.stdout, status.stderr
+    assert new.poll() is None
