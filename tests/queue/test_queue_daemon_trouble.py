@@ -11,6 +11,8 @@ import sys
 import threading
 from pathlib import Path
 
+import pytest
+
 from gpubox.paths import Paths
 from gpubox.queue.daemon import Daemon
 from gpubox.queue.schedule import QueueConfig
@@ -111,3 +113,38 @@ def test_a_daemon_whose_state_folder_is_removed_steps_aside(queue: QueueBox, tmp
     status = queue("daemon", "status")
     assert status.returncode == 0 and f"pid {new.pid}" in status.stdout, status.stderr
     assert new.poll() is None
+
+
+def has_open(pid: int, path: Path) -> bool:
+    """Whether the process holds `path` open: a client that has opened the database."""
+    fds = Path(f"/proc/{pid}/fd")
+    try:
+        return any(os.readlink(fds / fd) == str(path) for fd in os.listdir(fds))
+    except OSError:
+        return False
+
+
+@pytest.mark.parametrize("command", [("queue", "wait"), ("queue", "logs", "-f")], ids=["wait", "logs -f"])
+def test_a_client_waiting_on_a_removed_state_folder_says_so(
+    queue: QueueBox, tmp_path: Path, command: tuple[str, ...]
+) -> None:
+    """What it reads from the removed database never changes again: it would wait for ever."""
+    release = tmp_path / "release"
+    job = queue.add("--gpus", "0", "--shell", "--", hold_until(release))
+    queue.wait_state(job, ("running",), timeout=HANG)
+    client = subprocess.Popen(
+        [sys.executable, "-m", "gpubox", *command, str(job)],
+        env={**os.environ, **queue.env},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        wait_until(lambda: has_open(client.pid, queue.db), HANG, "the client to open the database")
+        shutil.rmtree(queue.state_dir)
+        _, err = client.communicate(timeout=HANG)
+    finally:
+        client.kill()
+        release.touch()
+    assert err == f"gpubox: the job database {queue.db} was removed or replaced while this command used it\n"
+    assert client.returncode == 1
