@@ -132,7 +132,7 @@ class Daemon:
         self.gpus_source = gpu_source if gpu_source is not None else NvmlGpus()
         self.boot = boot or boot_id()
         self.clock = clock
-        self.log = log or (lambda line: print(f"gpubox daemon: {line}", file=sys.stderr, flush=True))
+        self.log = log or _say
         self.db_path = db_path(paths)
         self.socket_path = socket_path(paths)
         self.logs_dir = logs_dir(paths)
@@ -928,6 +928,13 @@ def _keeps(outcome: supervise.Outcome, asked: bool) -> bool:
     """Whether a supervisor may run another job after this one: not when anyone asked to stop its
     job, nor when a signal stopped it (someone's `kill`): another may be on its way to it."""
     return not asked and outcome.ran and outcome.outcome not in ("cancelled", "preempted")
+
+
+def _say(line: str) -> None:
+    """A line in the daemon's log (its stderr). On a full disk the line is lost, not the daemon:
+    it says why a pass failed, and a log it cannot write must not end it."""
+    with suppress(OSError, ValueError):  # ValueError: stderr closed
+        print(f"gpubox daemon: {line}", file=sys.stderr, flush=True)
 
 
 def _identity(st: os.stat_result) -> tuple[int, int]:

@@ -3,6 +3,8 @@ under it, a clock set back. It goes on (or steps aside) without losing or hiding
 
 from __future__ import annotations
 
+import errno
+import io
 import os
 import shutil
 import sqlite3
@@ -16,7 +18,7 @@ import pytest
 from gpubox.paths import Paths
 from gpubox.queue.daemon import Daemon
 from gpubox.queue.schedule import QueueConfig
-from gpubox.queue.store import JobSpec, JobStore
+from gpubox.queue.store import JobSpec, JobStore, StoreError
 from tests.queue.conftest import Clock, NoGpus, QueueBox, wait_until
 from tests.queue.test_queue_processes import HANG, hold_until
 
@@ -148,3 +150,27 @@ def test_a_client_waiting_on_a_removed_state_folder_says_so(
         release.touch()
     assert err == f"gpubox: the job database {queue.db} was removed or replaced while this command used it\n"
     assert client.returncode == 1
+
+
+class FullDisk(io.TextIOBase):
+    """A stderr on a full disk: every write fails."""
+
+    def write(self, text: str) -> int:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+
+def test_a_daemon_whose_log_cannot_be_written_goes_on(paths: Paths, monkeypatch: pytest.MonkeyPatch) -> None:
+    """On a full disk the daemon's passes fail (it says so in its log, which fails too): it must
+    go on trying, not exit and leave the queue to wait for a client."""
+    daemon = Daemon(paths, QueueConfig(poll_interval_s=0.05), gpu_source=NoGpus())
+    failures = [StoreError("the job database x failed (database or disk is full)")] * 3
+
+    def failing_pass(store: object, full: bool = True) -> None:
+        if failures:
+            raise failures.pop()
+        daemon._stop = True  # the disk has room again: one pass that works, then stop
+
+    daemon._pass = failing_pass  # type: ignore[method-assign]
+    monkeypatch.setattr(sys, "stderr", FullDisk())
+    assert daemon.run() == 0
+    assert not failures
