@@ -242,6 +242,7 @@ def logs(
             if output_unread():  # as tail -f: a reader gone is noticed while the job is quiet too
                 raise ReaderLeft
             keep()
+            store.check_current()
             latest = store.require(job_id)
             if latest.state in END_STATES:
                 return True

@@ -252,6 +252,7 @@ def wait_jobs(
             jobs = [j for j in found if j is not None]
             if all(j.state in END_STATES for j in jobs):
                 return jobs
+        store.check_current()
         if deadline is not None and clock() >= deadline:
             return None
         on_poll()

@@ -21,6 +21,7 @@ import dataclasses
 import fcntl
 import functools
 import json
+import math
 import os
 import selectors
 import signal
@@ -29,6 +30,7 @@ import sys
 import time
 from collections.abc import Callable, Mapping
 from contextlib import suppress
+from pathlib import Path
 from typing import Any
 
 from gpubox import __version__
@@ -130,7 +132,7 @@ class Daemon:
         self.gpus_source = gpu_source if gpu_source is not None else NvmlGpus()
         self.boot = boot or boot_id()
         self.clock = clock
-        self.log = log or (lambda line: print(f"gpubox daemon: {line}", file=sys.stderr, flush=True))
+        self.log = log or _say
         self.db_path = db_path(paths)
         self.socket_path = socket_path(paths)
         self.logs_dir = logs_dir(paths)
@@ -144,13 +146,18 @@ class Daemon:
         self.started_at = clock()
         self._stop = False
         self._dirty = True
-        self._no_gpus_until = 0.0
-        self._last_full = 0.0  # when every queued job was last read
+        # When every queued job was last read, and until when NVML is not asked again: on the
+        # monotonic clock, as intervals. On the wall clock, one set back an hour stopped the timed
+        # passes for an hour (a killed supervisor unnoticed, jobs waiting on GPU memory held).
+        self._last_full = -math.inf
         self._active = True  # jobs were queued or running at the last pass
         self._cpu_config = dataclasses.replace(config, preempt=False, max_cpu_jobs=1 << 30)
         self._guess: _Guess | None = None
         self._armed: _Armed | None = None
         self._refresh_at: float | None = None  # when to plan again after fast starts (monotonic)
+        self._no_gpus_until = -math.inf
+        self._reboot_checked = False  # the jobs that ran before a restart of the machine are marked lost
+        self._opened: tuple[tuple[int, int], tuple[int, int] | None] | None = None  # the lock and database
 
     # Set-up
 
@@ -206,6 +213,8 @@ class Daemon:
     def run(self) -> int:
         lock_fd = self._lock()
         store = JobStore(self.db_path, clock=self.clock, durable=False)
+        self._opened = (_identity(os.fstat(lock_fd)), _identity(os.stat(self.db_path)))
+        listening: tuple[int, int] | None = None
         wake_r, wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
         # Supervisors write "<job> <attempt>" here once the exit record is on disk.
         done_r, self._done_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
@@ -222,10 +231,8 @@ class Daemon:
                 self.log(f"could not start the supervisor spawner: {exc}; trying again when a job starts")
             if store.any_queued():
                 self._keep_spare(True)
-            lost = store.lost_after_reboot(self.boot)
-            if lost:
-                self.log(f"marked lost after a restart of the machine: jobs {', '.join(map(str, lost))}")
             listener = self._listen()
+            listening = _identity(os.stat(self.socket_path))
             ensure_private_dir(self.logs_dir)
             signal.set_wakeup_fd(wake_w)
             for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
@@ -246,8 +253,11 @@ class Daemon:
                 signal.signal(sig, handler)
             if listener is not None:
                 listener.close()
-                with suppress(FileNotFoundError):
-                    os.unlink(self.socket_path)
+                # Only our own: a daemon whose state folder was removed leaves the socket that a
+                # daemon for the new one may have bound since.
+                with suppress(OSError):
+                    if listening is not None and _file_identity(self.socket_path) == listening:
+                        os.unlink(self.socket_path)
             for fd in (wake_r, wake_w, done_r, self._done_w):
                 os.close(fd)
             store.close()
@@ -274,7 +284,20 @@ class Daemon:
         said: tuple[str, float] | None = None  # the failure logged last, and when
         while not self._stop:
             try:
-                for key, _ in sel.select(timeout=self._timeout()):
+                if not self._reboot_checked:
+                    # In the loop, tried again like a pass: a database held locked for a while (a
+                    # backup, an sqlite3 shell) must not end a daemon that is only starting.
+                    # Before any pass, which would take those jobs for ones whose supervisor died.
+                    lost = store.lost_after_reboot(self.boot)
+                    self._reboot_checked = True
+                    if lost:
+                        self.log(f"marked lost after a restart of the machine: jobs {', '.join(map(str, lost))}")
+                events = sel.select(timeout=self._timeout())
+                gone = self._state_replaced()
+                if gone is not None:
+                    self.log(f"{gone}; stopping")
+                    break
+                for key, _ in events:
                     if key.data == "listen":
                         self._accept(listener, store)
                     elif key.data == "spawner" and self.pool is not None:
@@ -300,13 +323,13 @@ class Daemon:
                     version, self._dirty = current, True
                 if self._refresh_at is not None and time.monotonic() >= self._refresh_at:
                     self._dirty = True
-                due = self.clock() - self._last_full >= self.config.poll_interval_s
+                due = time.monotonic() - self._last_full >= self.config.poll_interval_s
                 if self._dirty or (due and self._active):
                     self._dirty = False
                     self._refresh_at = None
                     self._pass(store, full=due)
                     if due:
-                        self._last_full = self.clock()
+                        self._last_full = time.monotonic()
                     version = store.data_version()
                 if failures and said is not None:
                     self.log("working again")
@@ -322,6 +345,18 @@ class Daemon:
                     said = (what, time.monotonic())
                 self._dirty = True
                 time.sleep(min(0.1 * 2 ** min(failures, 10), self.config.poll_interval_s))  # 2**1024 overflows
+
+    def _state_replaced(self) -> str | None:
+        """Why this daemon's state is no longer the state folder's (removed, or replaced: a reset
+        to start afresh), or None. Another daemon may serve the new one; this one would go on
+        running the old queue's jobs where nobody can see or cancel them."""
+        try:
+            now = (_file_identity(self.paths.state_dir / LOCK_NAME), _file_identity(self.db_path))
+        except OSError:  # a folder made unreadable, say: not known to be another queue's
+            return None
+        if now == self._opened:
+            return None
+        return f"the state folder {self.paths.state_dir} was removed or replaced under this daemon"
 
     def _timeout(self) -> float:
         if self._dirty:
@@ -402,14 +437,14 @@ class Daemon:
         """The GPUs now; [] on a box without NVIDIA GPUs; None when it has some that NVML cannot
         read now (a driver still loading, an upgrade): GPU jobs then wait instead of starting
         without a GPU."""
-        if self.clock() < self._no_gpus_until:
+        if time.monotonic() < self._no_gpus_until:
             return None if self._nvml_error else []
         try:
             self.last_gpus = list(self.gpus_source.read())
             self._nvml_error = None
             return self.last_gpus
         except NoNvml as exc:
-            self._no_gpus_until = self.clock() + 10.0  # do not try on every pass
+            self._no_gpus_until = time.monotonic() + 10.0  # do not try on every pass
             self._nvml_error = str(exc) if nvidia_devices_present() else None
             return None if self._nvml_error else []
 
@@ -893,6 +928,26 @@ def _keeps(outcome: supervise.Outcome, asked: bool) -> bool:
     """Whether a supervisor may run another job after this one: not when anyone asked to stop its
     job, nor when a signal stopped it (someone's `kill`): another may be on its way to it."""
     return not asked and outcome.ran and outcome.outcome not in ("cancelled", "preempted")
+
+
+def _say(line: str) -> None:
+    """A line in the daemon's log (its stderr). On a full disk the line is lost, not the daemon:
+    it says why a pass failed, and a log it cannot write must not end it."""
+    with suppress(OSError, ValueError):  # ValueError: stderr closed
+        print(f"gpubox daemon: {line}", file=sys.stderr, flush=True)
+
+
+def _identity(st: os.stat_result) -> tuple[int, int]:
+    return st.st_dev, st.st_ino
+
+
+def _file_identity(path: Path) -> tuple[int, int] | None:
+    """Which file is at `path` now (None: none), to tell it from one made there since; OSError
+    when that cannot be told."""
+    try:
+        return _identity(os.stat(path))
+    except (FileNotFoundError, NotADirectoryError):
+        return None
 
 
 def _drain(fd: int) -> bytes:

@@ -193,10 +193,28 @@ class JobStore:
         except StoreError:
             self._db.close()
             raise
+        try:
+            st = os.stat(self.path)
+            self._opened: tuple[int, int] | None = (st.st_dev, st.st_ino)
+        except OSError:
+            self._opened = None  # not known: never taken for replaced
         for suffix in ("-wal", "-shm"):
             side = Path(f"{self.path}{suffix}")
             if side.exists():
                 os.chmod(side, 0o600)
+
+    def check_current(self) -> None:
+        """StoreError when the file at this store's path is no longer the one it opened (the state
+        folder removed, or the database moved aside): what this connection reads then never
+        changes again, and a command that waits on it would wait for ever."""
+        try:
+            st = os.stat(self.path)
+        except (FileNotFoundError, NotADirectoryError):
+            st = None
+        except OSError:  # cannot be told (a folder made unreadable): not known to be another file
+            return
+        if self._opened is not None and (st is None or (st.st_dev, st.st_ino) != self._opened):
+            raise StoreError(f"the job database {self.path} was removed or replaced while this command used it")
 
     def _wal(self) -> str:
         """Switch to WAL mode (a no-op once the file is in it). Clients opening a new database at
