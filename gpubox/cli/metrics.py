@@ -76,7 +76,8 @@ def serve(
 def dump(
     demo: DEMO = False,
     interval: Annotated[
-        float, typer.Option("--interval", "-i", metavar="SECONDS", help="Seconds the rates are averaged over.")
+        float,
+        typer.Option("--interval", "-i", metavar="SECONDS", help="Seconds the rates are averaged over (at most 60)."),
     ] = DUMP_WINDOW,
 ) -> int:
     """Print the metrics once in the Prometheus text format, as `serve` would answer a scrape.

@@ -64,7 +64,9 @@ def add(
             "--gpu", help="These GPUs: indexes or UUIDs, as 0,2 (repeatable: they add up).", show_default=False
         ),
     ] = None,
-    gpu_mem: Annotated[str | None, typer.Option("--gpu-mem", help="Free memory needed on each GPU, as 40G.")] = None,
+    gpu_mem: Annotated[
+        str | None, typer.Option("--gpu-mem", help="Free memory needed on each GPU, as 40G (GiB; also M, or bytes).")
+    ] = None,
     priority: Annotated[int | None, typer.Option("--priority", help="Higher runs first (default 0).")] = None,
     after: Annotated[
         list[str] | None,
@@ -458,7 +460,9 @@ def edit(
         list[str] | None,
         typer.Option("--gpu", help="New GPUs: indexes or UUIDs, as 0,2 (repeatable: they add up).", show_default=False),
     ] = None,
-    gpu_mem: Annotated[str | None, typer.Option("--gpu-mem", help="New free memory needed per GPU.")] = None,
+    gpu_mem: Annotated[
+        str | None, typer.Option("--gpu-mem", help="New free memory needed per GPU, as 40G (GiB).")
+    ] = None,
     time_limit: Annotated[str | None, typer.Option("--time-limit", help="New time limit, as 2h.")] = None,
     no_time_limit: Annotated[bool, typer.Option("--no-time-limit", help="Remove the time limit.")] = False,
     as_json: JSON = False,

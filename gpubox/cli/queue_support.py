@@ -237,6 +237,8 @@ def _store_jobs(command: Sequence[str] | None, opts: AddOptions, file: Path | No
                     check_spec(spec, KINDS)  # (add_many checks again) valid before a daemon starts for it
                 except ValueError as exc:
                     raise ValueError(f"{file}:{number}: {exc}") from None
+                except GpuboxError as exc:  # no NVML for this line's GPUs: name the line, keep the code
+                    raise GpuboxError(f"{file}:{number}: {exc.message}", exc.code) from None
                 specs.append(spec)
         else:
             specs = [build_spec(list(command or []), opts, base_env, base_cwd, lookup)]

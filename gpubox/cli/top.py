@@ -25,11 +25,12 @@ def top(
             "--interval",
             "-i",
             metavar="SECONDS",
-            help="Seconds between refreshes; with --once, the window rates cover.",
+            help="Seconds between refreshes (0.05 to 3600); with --once, the window rates cover.",
         ),
     ] = None,
     gpu: Annotated[
-        str | None, typer.Option("--gpu", "-g", metavar="GPUS", help="Only these GPUs: indices or UUIDs, like 0,2.")
+        str | None,
+        typer.Option("--gpu", "-g", metavar="GPUS", help="Only these GPUs: indices, UUIDs or UUID prefixes, like 0,2."),
     ] = None,
     demo: Annotated[bool, typer.Option("--demo", help="Show a simulated box (no GPU needed).")] = False,
     no_color: Annotated[bool, typer.Option("--no-color", help="No colour, even on a terminal.")] = False,

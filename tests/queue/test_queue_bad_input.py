@@ -116,6 +116,7 @@ JOB_FILES = {
     "tag-escape": '{"cmd": "true", "gpus": 0, "tags": {"team": "a\\u001b[2Jb"}}\n',
     "kind-twice": '{"cmd": "true", "gpus": 0, "kind": "train", "kind": "infer"}\n',
     "json-list": 'true\n["python", "x.py"]\n',
+    "gpus-no-nvml": 'true\n{"cmd": "true", "gpus": 2}\n',
 }
 
 
@@ -165,6 +166,7 @@ def seeded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Seeded]:
 
 USAGE, FAILED, NO_GPU, TIMED_OUT = 2, 1, 3, 124
 NEEDS_NO_NVML = {"add-gpu-no-nvml", "add-gpu-mem-no-nvml", "add-gpus-2-no-nvml", "pause-gpu", "resume-gpu", "edit-gpu"}
+NEEDS_NO_NVML |= {"file-gpus-no-nvml"}
 
 CASES: list[tuple[str, tuple[str, ...], int, str]] = [
     # queue add: option values
@@ -267,6 +269,12 @@ CASES: list[tuple[str, tuple[str, ...], int, str]] = [
         ("queue", "add", "--gpus", "2", "--", "true"),
         NO_GPU,
         "this job asks for GPUs, but NVML cannot start: ",
+    ),
+    (
+        "file-gpus-no-nvml",  # which line of the file asks for GPUs, as for any line refused
+        ("queue", "add", "--file", "{files}/gpus-no-nvml"),
+        NO_GPU,
+        "gpus-no-nvml:2: this job asks for GPUs, but NVML cannot start: ",
     ),
     # queue add: what Typer itself rejects
     ("gpus-not-a-number", ("queue", "add", "--gpus", "abc", "--", "true"), USAGE, "'abc' is not a valid int"),
