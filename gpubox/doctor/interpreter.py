@@ -227,11 +227,13 @@ def _answer(stdout: str) -> Mapping[str, Any] | None:
 def _failure(what: str, python: str, code: int, data: Mapping[str, Any] | None, stderr: str) -> str | None:
     if data is not None:
         if data.get("torch_missing") is True:
-            own = " (gpubox's own)" if python == sys.executable else ""
-            return (
-                f"torch is not installed in {python}{own}; "
-                "pass --python with the interpreter of your training environment"
-            )
+            if python == sys.executable:
+                return (
+                    f"torch is not installed in {python} (gpubox's own); "
+                    "pass --python with the interpreter of your training environment"
+                )
+            # named with --python already: the advice is to check that choice, not to make one
+            return f"torch is not installed in {python}; is it the interpreter of your training environment?"
         if data.get("torch_error"):
             return f"torch is installed in {python} but cannot be imported: {data['torch_error']}"
         error = data.get("error")
