@@ -95,8 +95,17 @@ def render(report: DoctorReport, console: Any, verbose: bool = False) -> None:
             table.add_row(*(_cell(row.get(k)) for k in keys))
         console.print(table)
 
-    console.print()
     checks = _in_category_order(report.checks)
+    if checks:  # none ran (GPU groups on a box without GPUs): the summary says so; no empty table
+        console.print()
+        _print_checks(console, checks, verbose)
+    console.print(Text(f"took {report.took_s:.1f} s; --json gives every figure", style="dim"))
+
+
+def _print_checks(console: Any, checks: Sequence[Check], verbose: bool) -> None:
+    from rich.table import Table
+    from rich.text import Text
+
     # A long run (8 GPUs, --full) lists what did not pass, unless -v: the passes would bury it.
     brief = not verbose and len(checks) > LONG_RUN
     title = "Every check that did not pass (-v lists them all)" if brief else "Every check"
@@ -110,7 +119,6 @@ def render(report: DoctorReport, console: Any, verbose: bool = False) -> None:
             Text(MARK[check.status], style=STYLE[check.status]), check.title, _where(check), _value(check), check.detail
         )
     console.print(table)
-    console.print(Text(f"took {report.took_s:.1f} s; --json gives every figure", style="dim"))
 
 
 def _numeric(rows: Sequence[Mapping[str, Any]], key: str) -> bool:

@@ -38,3 +38,14 @@ def test_a_long_run_lists_what_did_not_pass_and_says_so() -> None:
     assert "broken-thing" in text and "fine-thing-" not in text
     verbose = rendered(LONG_RUN, verbose=True)
     assert "Every check" in verbose and "did not pass" not in verbose and f"fine-thing-{LONG_RUN - 1} " in verbose
+
+
+def test_a_run_that_checked_nothing_prints_no_empty_table() -> None:
+    """GPU groups on a box without GPUs: the summary says nothing could be checked; a table with
+    no rows under it would only look like something failed to print."""
+    out = io.StringIO()
+    render(make_report("doctor", "quick", []), Console(file=out, width=200, no_color=True), verbose=True)
+    text = out.getvalue()
+    assert "nothing could be checked" in text
+    assert "Every check" not in text and "┏" not in text
+    assert "took " in text
