@@ -30,7 +30,6 @@ import sys
 import time
 from collections.abc import Callable, Mapping
 from contextlib import suppress
-from pathlib import Path
 from typing import Any
 
 from gpubox import __version__
@@ -49,7 +48,7 @@ from gpubox.queue.layout import (
 )
 from gpubox.queue.schedule import Plan, QueueConfig, gpu_count_of, plan_pass
 from gpubox.queue.spares import SparePool
-from gpubox.queue.store import QUEUE, JobStore
+from gpubox.queue.store import QUEUE, JobStore, file_identity
 from gpubox.telemetry.devices import nvidia_devices_present
 
 START_GRACE_S = 30.0  # a job recorded as started without a supervisor pid for this long never ran
@@ -157,7 +156,7 @@ class Daemon:
         self._refresh_at: float | None = None  # when to plan again after fast starts (monotonic)
         self._no_gpus_until = -math.inf
         self._reboot_checked = False  # the jobs that ran before a restart of the machine are marked lost
-        self._opened: tuple[tuple[int, int], tuple[int, int] | None] | None = None  # the lock and database
+        self._lock_file: tuple[int, int] | None = None  # the lock file it holds (device, inode)
 
     # Set-up
 
@@ -213,7 +212,8 @@ class Daemon:
     def run(self) -> int:
         lock_fd = self._lock()
         store = JobStore(self.db_path, clock=self.clock, durable=False)
-        self._opened = (_identity(os.fstat(lock_fd)), _identity(os.stat(self.db_path)))
+        held = os.fstat(lock_fd)
+        self._lock_file = (held.st_dev, held.st_ino)
         listening: tuple[int, int] | None = None
         wake_r, wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
         # Supervisors write "<job> <attempt>" here once the exit record is on disk.
@@ -232,7 +232,7 @@ class Daemon:
             if store.any_queued():
                 self._keep_spare(True)
             listener = self._listen()
-            listening = _identity(os.stat(self.socket_path))
+            listening = file_identity(self.socket_path)
             ensure_private_dir(self.logs_dir)
             signal.set_wakeup_fd(wake_w)
             for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
@@ -256,7 +256,7 @@ class Daemon:
                 # Only our own: a daemon whose state folder was removed leaves the socket that a
                 # daemon for the new one may have bound since.
                 with suppress(OSError):
-                    if listening is not None and _file_identity(self.socket_path) == listening:
+                    if listening is not None and file_identity(self.socket_path) == listening:
                         os.unlink(self.socket_path)
             for fd in (wake_r, wake_w, done_r, self._done_w):
                 os.close(fd)
@@ -293,7 +293,7 @@ class Daemon:
                     if lost:
                         self.log(f"marked lost after a restart of the machine: jobs {', '.join(map(str, lost))}")
                 events = sel.select(timeout=self._timeout())
-                gone = self._state_replaced()
+                gone = self._state_replaced(store)
                 if gone is not None:
                     self.log(f"{gone}; stopping")
                     break
@@ -346,15 +346,15 @@ class Daemon:
                 self._dirty = True
                 time.sleep(min(0.1 * 2 ** min(failures, 10), self.config.poll_interval_s))  # 2**1024 overflows
 
-    def _state_replaced(self) -> str | None:
+    def _state_replaced(self, store: JobStore) -> str | None:
         """Why this daemon's state is no longer the state folder's (removed, or replaced: a reset
         to start afresh), or None. Another daemon may serve the new one; this one would go on
         running the old queue's jobs where nobody can see or cancel them."""
         try:
-            now = (_file_identity(self.paths.state_dir / LOCK_NAME), _file_identity(self.db_path))
+            lock_moved = file_identity(self.paths.state_dir / LOCK_NAME) != self._lock_file
         except OSError:  # a folder made unreadable, say: not known to be another queue's
             return None
-        if now == self._opened:
+        if not lock_moved and not store.replaced():
             return None
         return f"the state folder {self.paths.state_dir} was removed or replaced under this daemon"
 
@@ -935,19 +935,6 @@ def _say(line: str) -> None:
     it says why a pass failed, and a log it cannot write must not end it."""
     with suppress(OSError, ValueError):  # ValueError: stderr closed
         print(f"gpubox daemon: {line}", file=sys.stderr, flush=True)
-
-
-def _identity(st: os.stat_result) -> tuple[int, int]:
-    return st.st_dev, st.st_ino
-
-
-def _file_identity(path: Path) -> tuple[int, int] | None:
-    """Which file is at `path` now (None: none), to tell it from one made there since; OSError
-    when that cannot be told."""
-    try:
-        return _identity(os.stat(path))
-    except (FileNotFoundError, NotADirectoryError):
-        return None
 
 
 def _drain(fd: int) -> bytes:

@@ -147,6 +147,16 @@ def _attempt_from_row(r: sqlite3.Row) -> Attempt:
     )
 
 
+def file_identity(path: Path) -> tuple[int, int] | None:
+    """Which file is at `path` now (device, inode), to tell it from one made there since; None when
+    nothing is there; OSError when that cannot be told."""
+    try:
+        st = os.stat(path)
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    return st.st_dev, st.st_ino
+
+
 class JobStore:
     """The queue's jobs and attempts in SQLite; one instance per thread or process."""
 
@@ -194,26 +204,27 @@ class JobStore:
             self._db.close()
             raise
         try:
-            st = os.stat(self.path)
-            self._opened: tuple[int, int] | None = (st.st_dev, st.st_ino)
+            self._opened = file_identity(self.path)  # None (not known): never taken for replaced
         except OSError:
-            self._opened = None  # not known: never taken for replaced
+            self._opened = None
         for suffix in ("-wal", "-shm"):
             side = Path(f"{self.path}{suffix}")
             if side.exists():
                 os.chmod(side, 0o600)
 
-    def check_current(self) -> None:
-        """StoreError when the file at this store's path is no longer the one it opened (the state
-        folder removed, or the database moved aside): what this connection reads then never
-        changes again, and a command that waits on it would wait for ever."""
+    def replaced(self) -> bool:
+        """Whether the file at this store's path is no longer the one it opened (the state folder
+        removed, or the database moved aside): what this connection reads then never changes
+        again. False when that cannot be told (a folder made unreadable)."""
         try:
-            st = os.stat(self.path)
-        except (FileNotFoundError, NotADirectoryError):
-            st = None
-        except OSError:  # cannot be told (a folder made unreadable): not known to be another file
-            return
-        if self._opened is not None and (st is None or (st.st_dev, st.st_ino) != self._opened):
+            return self._opened is not None and file_identity(self.path) != self._opened
+        except OSError:
+            return False
+
+    def check_current(self) -> None:
+        """StoreError when the database was replaced (`replaced`): a command that waits on it
+        would wait for ever."""
+        if self.replaced():
             raise StoreError(f"the job database {self.path} was removed or replaced while this command used it")
 
     def _wal(self) -> str:
