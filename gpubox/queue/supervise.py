@@ -39,6 +39,7 @@ from gpubox.probe.launch import probe_environment, without_probe
 from gpubox.queue import proctree
 from gpubox.queue.jobs import JobSpec, spec_from_json, spec_to_json
 from gpubox.queue.layout import lock_holder_at, log_paths
+from gpubox.queue.stderr_relay import StderrRelay
 from gpubox.queue.wire import poke
 
 NOT_FOUND = 127
@@ -428,11 +429,6 @@ def read_exit(path: Path, attempt: int) -> Outcome | None:
     return None
 
 
-def _note(fd: int, message: str) -> None:
-    with suppress(OSError):
-        os.write(fd, f"gpubox: {message}\n".encode(errors="replace"))
-
-
 # Dispositions this process changed that the job must not inherit: an ignored signal stays
 # ignored across exec (Python itself ignores SIGPIPE and SIGXFSZ).
 _RESET = (signal.SIGINT, signal.SIGHUP, signal.SIGPIPE, signal.SIGXFSZ, signal.SIGTERM, signal.SIGUSR1, signal.SIGCHLD)
@@ -446,13 +442,14 @@ def _ready(launch: Launch) -> _Ready | OSError:
 
 
 class _Ready:
-    """What a spare prepares before it may run its job: the logs and the environment. Nothing
-    here runs the job or writes to its logs, and the directory is entered only at "go": the job
-    before may make, remove or replace it.
+    """What a spare prepares before it may run its job: its stdout log, the pipe for its stderr
+    and the environment. Nothing here runs the job or writes to its logs, and the directory is
+    entered only at "go": the job before may make, remove or replace it.
 
-    A spare sent away after this leaves the empty logs it opened: the attempt that runs later
-    under that number appends to them (another spare may have them open already, so they are
-    not removed), and `queue clean` removes them with the job."""
+    A spare sent away after this leaves the empty stdout log it opened: the attempt that runs
+    later under that number appends to it (another spare may have it open already, so it is not
+    removed), and `queue clean` removes it with the job. The stderr log is made only when
+    something is written to it (stderr_relay.py)."""
 
     def __init__(self, launch: Launch) -> None:
         out_path, err_path, _ = log_paths(launch.log_prefix)
@@ -463,7 +460,7 @@ class _Ready:
             os.mkdir(out_path.parent, 0o700)  # but not a whole state folder removed on purpose
             self.out = os.open(out_path, flags, 0o600)
         try:
-            self.err = os.open(err_path, flags, 0o600)
+            self.err = StderrRelay(err_path)
         except BaseException:
             os.close(self.out)
             raise
@@ -473,9 +470,9 @@ class _Ready:
         self.env = job_environment(spec, launch.job_id, launch.attempt, launch.gpu_uuids, launch.log_prefix)
 
     def close(self) -> None:
-        for fd in (self.out, self.err):
-            with suppress(OSError):
-                os.close(fd)
+        with suppress(OSError):
+            os.close(self.out)
+        self.err.close()
 
 
 def _spawn(ready: _Ready) -> int | Outcome:
@@ -485,19 +482,21 @@ def _spawn(ready: _Ready) -> int | Outcome:
         os.chdir(ready.cwd)  # this process exists for the job: the job inherits its directory
     except OSError:
         message = f"the working directory {ready.cwd} does not exist"
-        _note(err, message)
+        err.note(message)
         return Outcome(None, "failed", message)
     argv, env = ready.argv, ready.env
     actions = [
         (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
         (os.POSIX_SPAWN_DUP2, out, 1),
-        (os.POSIX_SPAWN_DUP2, err, 2),
+        (os.POSIX_SPAWN_DUP2, err.write_end, 2),
     ]
     for attempt_argv in (argv, None):
         run = attempt_argv or ["/bin/sh", shutil.which(argv[0], path=env.get("PATH")) or argv[0], *argv[1:]]
         try:
             # posix_spawn: the C library's vfork and exec, no copy of this process's memory.
-            return os.posix_spawnp(run[0], run, env, file_actions=actions, setpgroup=0, setsigdef=_RESET, setsigmask=())
+            pid = os.posix_spawnp(run[0], run, env, file_actions=actions, setpgroup=0, setsigdef=_RESET, setsigmask=())
+            err.started()
+            return pid
         except FileNotFoundError:
             message, code = f"{argv[0]}: command not found", NOT_FOUND
         except PermissionError:
@@ -509,7 +508,7 @@ def _spawn(ready: _Ready) -> int | Outcome:
         except ValueError as exc:  # text that is not bytes (a job stored before that was refused)
             message, code = f"{argv[0]!r}: cannot be run: {exc}", NOT_EXECUTABLE
         break
-    _note(err, message)
+    err.note(message)
     return Outcome(code, "failed", message)
 
 
@@ -557,23 +556,24 @@ def _run(launch: Launch, ready: _Ready, wake_r: int, wake_w: int) -> Outcome:
             break
         if _stops:
             stopped_for = "preempt" if signal.SIGUSR1 in _stops else "cancel"
-            proctree.stop_tree(me, job_pid, launch.grace_s, reaped, spare=_daemon(launch))
+            proctree.stop_tree(me, job_pid, launch.grace_s, reaped, err.wait, _daemon(launch))
             break
         if deadline is not None and time.monotonic() >= deadline:
             stopped_for = "timeout"
-            _note(err, f"time limit of {limit_text} reached; stopping the job")
-            proctree.stop_tree(me, job_pid, launch.grace_s, reaped, spare=_daemon(launch))
+            err.note(f"time limit of {limit_text} reached; stopping the job")
+            proctree.stop_tree(me, job_pid, launch.grace_s, reaped, err.wait, _daemon(launch))
             break
         wait = 5.0 if deadline is None else max(0.0, min(5.0, deadline - time.monotonic()))
         with suppress(InterruptedError):
-            select.select([wake_r], [], [], wait)
+            select.select([wake_r, err.read_end] if err.open else [wake_r], [], [], wait)
+        err.pump()
         with suppress(OSError):
             os.read(wake_r, 512)
     # As a subreaper, this process inherits every orphan of the job: no child, no descendant.
     left = proctree.descendants(me, _daemon(launch)) if proctree.has_children() else set()
     if left:  # what the job left running would hold its GPUs: it ends with the job
-        proctree.stop_tree(me, None, launch.grace_s, reaped, spare=_daemon(launch))
-        _note(err, f"stopped {len(left)} process(es) the job left running")
+        proctree.stop_tree(me, None, launch.grace_s, reaped, err.wait, _daemon(launch))
+        err.note(f"stopped {len(left)} process(es) the job left running")
     if status is None:  # killed so hard it was never reaped above
         with suppress(ChildProcessError):
             _, status = os.waitpid(job_pid, 0)

@@ -310,7 +310,8 @@ def test_show_text_and_json(queue: QueueBox, tmp_path: Path) -> None:
     assert (attempt["number"], attempt["outcome"], attempt["exit_code"]) == (1, "succeeded", 0)
     assert attempt["gpus"] == [] and attempt["gpu_uuids"] == []
     assert Path(attempt["stdout"]).read_text() == "hello\n"
-    assert Path(attempt["stderr"]).exists()
+    # `echo` wrote nothing to stderr: its log is where it would be, made only once written to.
+    assert attempt["stderr"] == attempt["log_prefix"] + ".err" and not Path(attempt["stderr"]).exists()
     assert attempt["stdout"] == attempt["log_prefix"] + ".out"
     assert f"logs {attempt['log_prefix']}.out|.err" in text
 
@@ -428,12 +429,15 @@ def test_zero_means_now_for_clean_and_wait(queue: QueueBox) -> None:
 
 
 def test_clean_removes_finished_jobs_and_their_logs(queue: QueueBox) -> None:
-    done = [queue.add("--gpus", "0", "--", "true"), queue.add("--gpus", "0", "--", "false")]
+    done = [
+        queue.add("--gpus", "0", "--shell", "--", "echo out; echo err >&2"),
+        queue.add("--gpus", "0", "--", "false"),
+    ]
     queue("queue", "wait", *map(str, done))
     ok(queue("queue", "pause"))
     waiting = queue.add("--gpus", "0", "--", "true")
     logs = queue.state_dir / "logs"
-    assert all((logs / f"{i}.1.out").is_file() and (logs / f"{i}.1.err").is_file() for i in done)
+    assert all((logs / f"{i}.1.out").is_file() for i in done) and (logs / f"{done[0]}.1.err").is_file()
     (logs / f"{done[0]}.1.exit").write_text("{}")  # as a supervisor leaves when no daemon records its end
 
     assert ok(queue("queue", "clean", "--older-than", "7d")) == "removed 0 finished job(s)\n"

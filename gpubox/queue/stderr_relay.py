@@ -1,0 +1,98 @@
+"""A job's stderr, through a pipe its supervisor copies to `<prefix>.err`, made at the first byte.
+
+Most jobs write nothing to stderr, and a file made for each of them costs a new inode: on a
+stream of short jobs, the most expensive thing a supervisor did (ext4 without a journal scans
+past every inode freed in the last minutes). The relay makes the file only when there is
+something to put in it, or a note of gpubox's own.
+
+The supervisor outlives the job's processes and stops whatever the job left running, so nothing
+writes to the pipe once it is closed; whatever the job wrote before it ended is still in the pipe
+then, and is copied before the supervisor reports the end. A write to the file that fails (a
+full disk) loses that output, as the job's own write would have failed; the job is never held
+back by it.
+"""
+
+from __future__ import annotations
+
+import os
+import select
+import time
+from contextlib import suppress
+from pathlib import Path
+
+_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC
+_CHUNK = 1 << 16
+
+
+class StderrRelay:
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.read_end, self.write_end = os.pipe2(os.O_CLOEXEC)
+        os.set_blocking(self.read_end, False)
+        self._file = -1
+        self.open = True  # False once every writer closed the pipe (EOF) or the relay is closed
+
+    def started(self) -> None:
+        """The job has its own copy of the write end: the supervisor's goes, so that EOF comes
+        once the job's processes are done with it."""
+        if self.write_end >= 0:
+            os.close(self.write_end)
+            self.write_end = -1
+
+    def pump(self) -> None:
+        """Copy what the pipe holds now to the file, without blocking."""
+        while self.open:
+            try:
+                chunk = os.read(self.read_end, _CHUNK)
+            except BlockingIOError:
+                return
+            except InterruptedError:
+                continue
+            if not chunk:
+                self.open = False  # EOF: no writer is left
+                return
+            self._append(chunk)
+
+    def wait(self, timeout_s: float) -> None:
+        """Sleep up to `timeout_s`, copying what the job writes meanwhile (a job that writes much
+        as it stops must not block on a full pipe while its supervisor waits for it)."""
+        deadline = time.monotonic() + timeout_s
+        while self.open:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return
+            with suppress(InterruptedError):
+                if select.select([self.read_end], [], [], left)[0]:
+                    self.pump()
+        left = deadline - time.monotonic()
+        if left > 0:
+            time.sleep(left)
+
+    def note(self, message: str) -> None:
+        """A line of gpubox's own, after what the job wrote before it."""
+        self.pump()
+        self._append(f"gpubox: {message}\n".encode(errors="replace"))
+
+    def _append(self, data: bytes) -> None:
+        try:
+            if self._file < 0:
+                try:
+                    self._file = os.open(self.path, _FLAGS, 0o600)
+                except FileNotFoundError:  # the logs folder was removed (to free space, say): made
+                    os.mkdir(self.path.parent, 0o700)  # again, but not a whole state folder
+                    self._file = os.open(self.path, _FLAGS, 0o600)
+            view = memoryview(data)
+            while view:
+                view = view[os.write(self._file, view) :]
+        except OSError:
+            pass  # lost, as the job's own write would have been (see the module's note)
+
+    def close(self) -> None:
+        """Copy what is left, then close every end: the job and what it left are gone."""
+        self.pump()
+        for fd in (self.read_end, self.write_end, self._file):
+            if fd >= 0:
+                with suppress(OSError):
+                    os.close(fd)
+        self.read_end = self.write_end = self._file = -1
+        self.open = False

@@ -1,0 +1,123 @@
+"""A job's stderr goes through a pipe that its supervisor copies to `<prefix>.err`, which is made
+only when something is written: first the relay alone, then real jobs through the queue.
+
+Every timeout here is only a guard against a hang, never a measure of speed.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from gpubox.queue.stderr_relay import StderrRelay
+from tests.queue.conftest import QueueBox, wait_until
+
+END_STATES = ("succeeded", "failed", "cancelled", "timeout", "lost")
+HANG = 60.0
+MIB = 1 << 20
+
+
+def test_no_file_until_something_is_written(tmp_path: Path) -> None:
+    relay = StderrRelay(tmp_path / "1.1.err")
+    relay.started()  # as after the spawn: only the job's copy of the write end is left (none here)
+    relay.pump()
+    relay.close()
+    assert not (tmp_path / "1.1.err").exists()
+
+
+def test_written_bytes_and_notes_land_in_order(tmp_path: Path) -> None:
+    path = tmp_path / "1.1.err"
+    relay = StderrRelay(path)
+    job_end = os.dup(relay.write_end)  # the job's copy
+    relay.started()
+    os.write(job_end, b"first\n")
+    relay.note("time limit of 1s reached; stopping the job")  # after what the job wrote before it
+    os.write(job_end, b"last words\n")
+    os.close(job_end)
+    relay.close()  # copies what the pipe still holds
+    assert path.read_bytes() == b"first\ngpubox: time limit of 1s reached; stopping the job\nlast words\n"
+    assert path.stat().st_mode & 0o777 == 0o600
+
+
+def test_wait_copies_while_it_waits_so_the_writer_never_blocks(tmp_path: Path) -> None:
+    path = tmp_path / "1.1.err"
+    relay = StderrRelay(path)
+    # A writer of 1 MiB, far more than a pipe holds: it finishes only if the relay reads meanwhile.
+    writer = subprocess.Popen(
+        [sys.executable, "-c", f"import os; os.write(2, b'x' * {MIB})"], stderr=relay.write_end, close_fds=True
+    )
+    relay.started()
+    for _ in range(int(HANG / 0.05)):
+        if writer.poll() is not None:
+            break
+        relay.wait(0.05)
+    assert writer.returncode == 0
+    relay.close()
+    assert path.stat().st_size == MIB
+
+
+def test_a_write_that_fails_is_dropped_and_the_pipe_still_drains(tmp_path: Path) -> None:
+    relay = StderrRelay(tmp_path / "gone" / "deeper" / "1.1.err")  # its folder cannot be made
+    job_end = os.dup(relay.write_end)
+    relay.started()
+    os.write(job_end, b"lost\n")
+    relay.pump()  # no exception: the output is lost, as the job's own write would have failed
+    os.write(job_end, b"x" * 1000)  # the pipe was emptied: the job is not held back
+    os.close(job_end)
+    relay.close()
+    assert not (tmp_path / "gone").exists()
+
+
+# Through the queue
+
+
+def test_a_job_without_stderr_has_no_stderr_file(queue: QueueBox) -> None:
+    job_id = queue.add("--gpus", "0", "--", "echo", "hi")
+    assert queue.wait_state(job_id, END_STATES, timeout=HANG)["state"] == "succeeded"
+    logs = queue.state_dir / "logs"
+    assert sorted(p.name for p in logs.glob(f"{job_id}.*")) == [f"{job_id}.1.out"]
+    shown = queue("queue", "logs", "--stderr", str(job_id))
+    assert (shown.returncode, shown.stdout, shown.stderr) == (0, "", "")
+    followed = queue("queue", "logs", "-f", "--stderr", str(job_id), timeout=HANG)
+    assert (followed.returncode, followed.stdout) == (0, "")
+
+
+def test_a_large_stderr_written_just_before_the_end_is_whole(queue: QueueBox) -> None:
+    code = f"import os, sys; os.write(1, b'out\\n'); os.write(2, b'e' * {MIB} + b'end\\n'); sys.exit(3)"
+    job_id = queue.add("--gpus", "0", "--no-probe", "--", sys.executable, "-c", code)
+    row = queue.wait_state(job_id, END_STATES, timeout=HANG)
+    assert (row["state"], row["exit_code"]) == ("failed", 3)
+    err = queue.state_dir / "logs" / f"{job_id}.1.err"
+    assert err.read_bytes() == b"e" * MIB + b"end\n"
+    assert queue("queue", "logs", str(job_id)).stdout == "out\n"
+
+
+def test_a_job_writing_much_as_it_stops_is_not_held_back(queue: QueueBox, tmp_path: Path) -> None:
+    """On SIGTERM the job writes 1 MiB to stderr and exits 0: more than a pipe holds, so it
+    ends within its grace period only if the supervisor reads while it waits for it."""
+    ready = tmp_path / "ready"
+    code = (
+        "import os, signal\n"
+        # Blocked and waited for: the job's group and each of its processes get a SIGTERM each.
+        "signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})\n"
+        f"open({str(ready)!r}, 'w').close()\n"
+        "signal.sigwait({signal.SIGTERM})\n"
+        f"os.write(2, b'b' * {MIB} + b'bye\\n')\n"
+    )
+    job_id = queue.add("--gpus", "0", "--no-probe", "--", sys.executable, "-c", code)
+    wait_until(ready.exists, HANG, "the job's SIGTERM handler in place")
+    assert queue("queue", "cancel", str(job_id)).returncode == 0
+    row = queue.wait_state(job_id, END_STATES, timeout=HANG)
+    # SIGKILL (exit 137) at the end of the grace period would mean it was held back that long.
+    assert (row["state"], row["exit_code"]) == ("cancelled", 0)
+    assert (queue.state_dir / "logs" / f"{job_id}.1.err").read_bytes() == b"b" * MIB + b"bye\n"
+
+
+def test_a_helper_that_keeps_stderr_open_does_not_hold_up_the_end(queue: QueueBox) -> None:
+    job_id = queue.add("--gpus", "0", "--shell", "--", "echo before >&2; (sleep 300 >&2 &); echo after")
+    row = queue.wait_state(job_id, END_STATES, timeout=HANG)
+    assert row["state"] == "succeeded"
+    err = (queue.state_dir / "logs" / f"{job_id}.1.err").read_text()
+    assert err == "before\ngpubox: stopped 1 process(es) the job left running\n"
