@@ -918,7 +918,7 @@ class Daemon:
 
 
 WINDOW = 32  # jobs read per event-driven pass
-REFRESH_S = 0.02  # a pass at most this long after a start made without one
+REFRESH_S = 0.25  # a pass at most this long after a start made without one
 # Supervisors kept forked ahead while jobs wait; the next is forked while a job runs. More did
 # not help on a 2-core box: they compete with the running job for the CPUs.
 SPARES = 1
