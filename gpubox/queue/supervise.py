@@ -29,6 +29,7 @@ import os
 import select
 import shutil
 import signal
+import stat
 import time
 from contextlib import suppress
 from dataclasses import dataclass
@@ -39,7 +40,7 @@ from gpubox.probe.launch import probe_environment, without_probe
 from gpubox.queue import proctree
 from gpubox.queue.jobs import JobSpec, spec_from_json, spec_to_json
 from gpubox.queue.layout import lock_holder_at, log_paths
-from gpubox.queue.stderr_relay import StderrRelay
+from gpubox.queue.log_relay import LogRelay, copy_while_waiting, pump_all, readable
 from gpubox.queue.wire import poke
 
 NOT_FOUND = 127
@@ -441,38 +442,50 @@ def _ready(launch: Launch) -> _Ready | OSError:
         return exc
 
 
-class _Ready:
-    """What a spare prepares before it may run its job: its stdout log, the pipe for its stderr
-    and the environment. Nothing here runs the job or writes to its logs, and the directory is
-    entered only at "go": the job before may make, remove or replace it.
+def _logs_folder(folder: Path) -> None:
+    """OSError when no log could be made in `folder` (a read-only file system, a file in its
+    place): the job then fails saying so, rather than run with its output lost. A logs folder
+    removed (to free space, say) is made again, but not a whole state folder removed on purpose."""
+    try:
+        mode = os.stat(folder).st_mode
+    except FileNotFoundError:
+        os.mkdir(folder, 0o700)
+        return
+    if not stat.S_ISDIR(mode):
+        raise NotADirectoryError(errno.ENOTDIR, os.strerror(errno.ENOTDIR), str(folder))
+    if not os.access(folder, os.W_OK | os.X_OK):
+        code = errno.EROFS if os.statvfs(folder).f_flag & os.ST_RDONLY else errno.EACCES
+        raise OSError(code, os.strerror(code), str(folder))
 
-    A spare sent away after this leaves the empty stdout log it opened: the attempt that runs
-    later under that number appends to it (another spare may have it open already, so it is not
-    removed), and `queue clean` removes it with the job. The stderr log is made only when
-    something is written to it (stderr_relay.py)."""
+
+class _Ready:
+    """What a spare prepares before it may run its job: the pipes for its output and the
+    environment. Nothing here runs the job or writes to its logs, which are made only when
+    something is written to them (log_relay.py), and the directory is entered only at "go": the
+    job before may make, remove or replace it."""
 
     def __init__(self, launch: Launch) -> None:
         out_path, err_path, _ = log_paths(launch.log_prefix)
-        flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC
+        _logs_folder(out_path.parent)
+        self.out = LogRelay(out_path)
         try:
-            self.out = os.open(out_path, flags, 0o600)
-        except FileNotFoundError:  # the logs folder was removed (to free space, say): made again,
-            os.mkdir(out_path.parent, 0o700)  # but not a whole state folder removed on purpose
-            self.out = os.open(out_path, flags, 0o600)
-        try:
-            self.err = StderrRelay(err_path)
+            self.err = LogRelay(err_path)
         except BaseException:
-            os.close(self.out)
+            self.out.close()
             raise
+        self.relays = (self.out, self.err)
         spec = launch.spec
         self.cwd = spec.cwd
         self.argv = job_argv(spec)
         self.env = job_environment(spec, launch.job_id, launch.attempt, launch.gpu_uuids, launch.log_prefix)
 
+    def wait(self, timeout_s: float) -> None:
+        """A pause that keeps copying the job's output (for `stop_tree`)."""
+        copy_while_waiting(self.relays, timeout_s)
+
     def close(self) -> None:
-        with suppress(OSError):
-            os.close(self.out)
-        self.err.close()
+        for relay in self.relays:
+            relay.close()
 
 
 def _spawn(ready: _Ready) -> int | Outcome:
@@ -487,7 +500,7 @@ def _spawn(ready: _Ready) -> int | Outcome:
     argv, env = ready.argv, ready.env
     actions = [
         (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
-        (os.POSIX_SPAWN_DUP2, out, 1),
+        (os.POSIX_SPAWN_DUP2, out.write_end, 1),
         (os.POSIX_SPAWN_DUP2, err.write_end, 2),
     ]
     for attempt_argv in (argv, None):
@@ -495,6 +508,7 @@ def _spawn(ready: _Ready) -> int | Outcome:
         try:
             # posix_spawn: the C library's vfork and exec, no copy of this process's memory.
             pid = os.posix_spawnp(run[0], run, env, file_actions=actions, setpgroup=0, setsigdef=_RESET, setsigmask=())
+            out.started()
             err.started()
             return pid
         except FileNotFoundError:
@@ -556,23 +570,23 @@ def _run(launch: Launch, ready: _Ready, wake_r: int, wake_w: int) -> Outcome:
             break
         if _stops:
             stopped_for = "preempt" if signal.SIGUSR1 in _stops else "cancel"
-            proctree.stop_tree(me, job_pid, launch.grace_s, reaped, err.wait, _daemon(launch))
+            proctree.stop_tree(me, job_pid, launch.grace_s, reaped, ready.wait, _daemon(launch))
             break
         if deadline is not None and time.monotonic() >= deadline:
             stopped_for = "timeout"
             err.note(f"time limit of {limit_text} reached; stopping the job")
-            proctree.stop_tree(me, job_pid, launch.grace_s, reaped, err.wait, _daemon(launch))
+            proctree.stop_tree(me, job_pid, launch.grace_s, reaped, ready.wait, _daemon(launch))
             break
         wait = 5.0 if deadline is None else max(0.0, min(5.0, deadline - time.monotonic()))
         with suppress(InterruptedError):
-            select.select([wake_r, err.read_end] if err.open else [wake_r], [], [], wait)
-        err.pump()
+            select.select([wake_r, *readable(ready.relays)], [], [], wait)
+        pump_all(ready.relays)
         with suppress(OSError):
             os.read(wake_r, 512)
     # As a subreaper, this process inherits every orphan of the job: no child, no descendant.
     left = proctree.descendants(me, _daemon(launch)) if proctree.has_children() else set()
     if left:  # what the job left running would hold its GPUs: it ends with the job
-        proctree.stop_tree(me, None, launch.grace_s, reaped, err.wait, _daemon(launch))
+        proctree.stop_tree(me, None, launch.grace_s, reaped, ready.wait, _daemon(launch))
         err.note(f"stopped {len(left)} process(es) the job left running")
     if status is None:  # killed so hard it was never reaped above
         with suppress(ChildProcessError):

@@ -75,8 +75,7 @@ def test_a_job_whose_start_the_daemon_died_in_runs_once(
         queue.wait_state(first, ("running",), timeout=HANG)
     job = queue.add("--gpus", "0", "--shell", "--", f"echo job >> {ran}")
     if where == "go:2":
-        logs = queue.state_dir / "logs"
-        wait_until(lambda: (logs / f"{job}.1.out").exists(), HANG, "the second job to be prepared")
+        wait_until(lambda: f"gpubox-job{job}" in queue.processes().values(), HANG, "the second job to be prepared")
         release.touch()
     assert daemon.wait(timeout=HANG) == -9
     row = queue.job(job)

@@ -106,8 +106,9 @@ def test_a_prepared_spare_runs_its_job_only_on_go_and_nothing_when_discarded(tmp
         ran = tmp_path / "ran"
         supervise.prepare(kept, _launch(tmp_path, ("sh", "-c", f"echo kept >> {ran}")))
         supervise.prepare(dropped, _launch(tmp_path, ("sh", "-c", f"echo dropped >> {ran}"), attempt=2))
-        # Prepared: the logs are open, nothing has run.
-        wait_until(lambda: (tmp_path / "7.1.out").exists() and (tmp_path / "7.2.out").exists(), 10, "the logs")
+        # Prepared (each took its launch and the job's name): nothing has run.
+        named = [Path(f"/proc/{spare.pid}/comm") for spare in (kept, dropped)]
+        wait_until(lambda: all(p.read_text().strip() == "gpubox-job7" for p in named), 10, "the launches read")
         time.sleep(0.3)
         assert not ran.exists()
         supervise.discard(dropped)

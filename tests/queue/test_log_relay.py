@@ -1,5 +1,6 @@
-"""A job's stderr goes through a pipe that its supervisor copies to `<prefix>.err`, which is made
-only when something is written: first the relay alone, then real jobs through the queue.
+"""A job's stdout and stderr go through pipes that its supervisor copies to `<prefix>.out` and
+`<prefix>.err`, each made only when something is written: first the relay alone, then real jobs
+through the queue.
 
 Every timeout here is only a guard against a hang, never a measure of speed.
 """
@@ -11,7 +12,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from gpubox.queue.stderr_relay import StderrRelay
+from gpubox.queue.log_relay import LogRelay, copy_while_waiting
 from tests.queue.conftest import QueueBox, wait_until
 
 END_STATES = ("succeeded", "failed", "cancelled", "timeout", "lost")
@@ -20,7 +21,7 @@ MIB = 1 << 20
 
 
 def test_no_file_until_something_is_written(tmp_path: Path) -> None:
-    relay = StderrRelay(tmp_path / "1.1.err")
+    relay = LogRelay(tmp_path / "1.1.err")
     relay.started()  # as after the spawn: only the job's copy of the write end is left (none here)
     relay.pump()
     relay.close()
@@ -29,7 +30,7 @@ def test_no_file_until_something_is_written(tmp_path: Path) -> None:
 
 def test_written_bytes_and_notes_land_in_order(tmp_path: Path) -> None:
     path = tmp_path / "1.1.err"
-    relay = StderrRelay(path)
+    relay = LogRelay(path)
     job_end = os.dup(relay.write_end)  # the job's copy
     relay.started()
     os.write(job_end, b"first\n")
@@ -43,23 +44,30 @@ def test_written_bytes_and_notes_land_in_order(tmp_path: Path) -> None:
 
 def test_wait_copies_while_it_waits_so_the_writer_never_blocks(tmp_path: Path) -> None:
     path = tmp_path / "1.1.err"
-    relay = StderrRelay(path)
+    relay = LogRelay(path)
     # A writer of 1 MiB, far more than a pipe holds: it finishes only if the relay reads meanwhile.
+    out = LogRelay(tmp_path / "1.1.out")
     writer = subprocess.Popen(
-        [sys.executable, "-c", f"import os; os.write(2, b'x' * {MIB})"], stderr=relay.write_end, close_fds=True
+        [sys.executable, "-c", f"import os; os.write(1, b'o' * {MIB}); os.write(2, b'e' * {MIB})"],
+        stdout=out.write_end,
+        stderr=relay.write_end,
+        close_fds=True,
     )
+    out.started()
     relay.started()
     for _ in range(int(HANG / 0.05)):
         if writer.poll() is not None:
             break
-        relay.wait(0.05)
+        copy_while_waiting([out, relay], 0.05)
     assert writer.returncode == 0
+    out.close()
     relay.close()
-    assert path.stat().st_size == MIB
+    assert (tmp_path / "1.1.out").read_bytes() == b"o" * MIB
+    assert path.read_bytes() == b"e" * MIB
 
 
 def test_a_write_that_fails_is_dropped_and_the_pipe_still_drains(tmp_path: Path) -> None:
-    relay = StderrRelay(tmp_path / "gone" / "deeper" / "1.1.err")  # its folder cannot be made
+    relay = LogRelay(tmp_path / "gone" / "deeper" / "1.1.err")  # its folder cannot be made
     job_end = os.dup(relay.write_end)
     relay.started()
     os.write(job_end, b"lost\n")
@@ -73,25 +81,29 @@ def test_a_write_that_fails_is_dropped_and_the_pipe_still_drains(tmp_path: Path)
 # Through the queue
 
 
-def test_a_job_without_stderr_has_no_stderr_file(queue: QueueBox) -> None:
-    job_id = queue.add("--gpus", "0", "--", "echo", "hi")
-    assert queue.wait_state(job_id, END_STATES, timeout=HANG)["state"] == "succeeded"
+def test_a_job_leaves_only_the_logs_it_wrote_to(queue: QueueBox) -> None:
+    silent = queue.add("--gpus", "0", "--", "true")
+    talks = queue.add("--gpus", "0", "--", "echo", "hi")
+    for job_id in (silent, talks):
+        assert queue.wait_state(job_id, END_STATES, timeout=HANG)["state"] == "succeeded"
     logs = queue.state_dir / "logs"
-    assert sorted(p.name for p in logs.glob(f"{job_id}.*")) == [f"{job_id}.1.out"]
-    shown = queue("queue", "logs", "--stderr", str(job_id))
-    assert (shown.returncode, shown.stdout, shown.stderr) == (0, "", "")
-    followed = queue("queue", "logs", "-f", "--stderr", str(job_id), timeout=HANG)
-    assert (followed.returncode, followed.stdout) == (0, "")
+    assert sorted(p.name for p in logs.glob(f"{silent}.*")) == []
+    assert sorted(p.name for p in logs.glob(f"{talks}.*")) == [f"{talks}.1.out"]
+    for job_id, stream, text in ((silent, "", ""), (silent, "--stderr", ""), (talks, "--stderr", "")):
+        shown = queue("queue", "logs", *([stream] if stream else []), str(job_id))
+        assert (shown.returncode, shown.stdout, shown.stderr) == (0, text, "")
+        followed = queue("queue", "logs", "-f", *([stream] if stream else []), str(job_id), timeout=HANG)
+        assert (followed.returncode, followed.stdout) == (0, text)
 
 
 def test_a_large_stderr_written_just_before_the_end_is_whole(queue: QueueBox) -> None:
-    code = f"import os, sys; os.write(1, b'out\\n'); os.write(2, b'e' * {MIB} + b'end\\n'); sys.exit(3)"
+    code = f"import os, sys; os.write(1, b'o' * {MIB} + b'out\\n'); os.write(2, b'e' * {MIB} + b'end\\n'); sys.exit(3)"
     job_id = queue.add("--gpus", "0", "--no-probe", "--", sys.executable, "-c", code)
     row = queue.wait_state(job_id, END_STATES, timeout=HANG)
     assert (row["state"], row["exit_code"]) == ("failed", 3)
     err = queue.state_dir / "logs" / f"{job_id}.1.err"
     assert err.read_bytes() == b"e" * MIB + b"end\n"
-    assert queue("queue", "logs", str(job_id)).stdout == "out\n"
+    assert queue("queue", "logs", str(job_id)).stdout == "o" * MIB + "out\n"
 
 
 def test_a_job_writing_much_as_it_stops_is_not_held_back(queue: QueueBox, tmp_path: Path) -> None:

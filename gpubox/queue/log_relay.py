@@ -1,15 +1,16 @@
-"""A job's stderr, through a pipe its supervisor copies to `<prefix>.err`, made at the first byte.
+"""A job's stdout and stderr, each through a pipe that its supervisor copies to the attempt's log
+(`<prefix>.out`, `<prefix>.err`), made at the first byte.
 
-Most jobs write nothing to stderr, and a file made for each of them costs a new inode: on a
-stream of short jobs, the most expensive thing a supervisor did (ext4 without a journal scans
-past every inode freed in the last minutes). The relay makes the file only when there is
-something to put in it, or a note of gpubox's own.
+A file made for each stream of each job costs a new inode, and most jobs leave at least one of
+the two empty: on a stream of short jobs that was the most expensive thing a supervisor did
+(ext4 without a journal scans past every inode freed in the last minutes). A log is made only
+when there is something to put in it, or a note of gpubox's own.
 
-The supervisor outlives the job's processes and stops whatever the job left running, so nothing
-writes to the pipe once it is closed; whatever the job wrote before it ended is still in the pipe
-then, and is copied before the supervisor reports the end. A write to the file that fails (a
-full disk) loses that output, as the job's own write would have failed; the job is never held
-back by it.
+The pipes add no way for a job to die: a supervisor that dies is noticed by the daemon, which
+stops what it ran anyway. The supervisor stops whatever the job left running before it closes
+the pipes, and whatever the job wrote before it ended is still in them then, copied before the
+supervisor reports the end. A write to a log that fails (a full disk) loses that output, as the
+job's own write would have failed; the job is never held back by it.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from __future__ import annotations
 import os
 import select
 import time
+from collections.abc import Sequence
 from contextlib import suppress
 from pathlib import Path
 
@@ -24,7 +26,9 @@ _FLAGS = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC
 _CHUNK = 1 << 16
 
 
-class StderrRelay:
+class LogRelay:
+    """One stream of a job: the pipe's write end goes to the job, the read end is copied to `path`."""
+
     def __init__(self, path: Path) -> None:
         self.path = path
         self.read_end, self.write_end = os.pipe2(os.O_CLOEXEC)
@@ -40,33 +44,16 @@ class StderrRelay:
             self.write_end = -1
 
     def pump(self) -> None:
-        """Copy what the pipe holds now to the file, without blocking."""
+        """Copy what the pipe holds now to the log, without blocking."""
         while self.open:
             try:
                 chunk = os.read(self.read_end, _CHUNK)
             except BlockingIOError:
                 return
-            except InterruptedError:
-                continue
             if not chunk:
                 self.open = False  # EOF: no writer is left
                 return
             self._append(chunk)
-
-    def wait(self, timeout_s: float) -> None:
-        """Sleep up to `timeout_s`, copying what the job writes meanwhile (a job that writes much
-        as it stops must not block on a full pipe while its supervisor waits for it)."""
-        deadline = time.monotonic() + timeout_s
-        while self.open:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                return
-            with suppress(InterruptedError):
-                if select.select([self.read_end], [], [], left)[0]:
-                    self.pump()
-        left = deadline - time.monotonic()
-        if left > 0:
-            time.sleep(left)
 
     def note(self, message: str) -> None:
         """A line of gpubox's own, after what the job wrote before it."""
@@ -96,3 +83,28 @@ class StderrRelay:
                     os.close(fd)
         self.read_end = self.write_end = self._file = -1
         self.open = False
+
+
+def readable(relays: Sequence[LogRelay]) -> list[int]:
+    """The read ends still worth waiting on."""
+    return [r.read_end for r in relays if r.open]
+
+
+def pump_all(relays: Sequence[LogRelay]) -> None:
+    for relay in relays:
+        relay.pump()
+
+
+def copy_while_waiting(relays: Sequence[LogRelay], timeout_s: float) -> None:
+    """Sleep up to `timeout_s`, copying what the job writes meanwhile (a job that writes much as
+    it stops must not block on a full pipe while its supervisor waits for it)."""
+    deadline = time.monotonic() + timeout_s
+    while fds := readable(relays):
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return
+        if select.select(fds, [], [], left)[0]:  # (a call a signal cuts short is retried)
+            pump_all(relays)
+    left = deadline - time.monotonic()
+    if left > 0:
+        time.sleep(left)
