@@ -33,6 +33,7 @@ from contextlib import suppress
 from typing import Any
 
 from gpubox import __version__
+from gpubox.exit_codes import ExitCode
 from gpubox.paths import Paths, ensure_private_dir
 from gpubox.queue import proctree, supervise
 from gpubox.queue.gpus import GpuInfo, NoNvml, NvmlGpus, jobs_memory
@@ -144,6 +145,9 @@ class Daemon:
         self._nvml_error: str | None = None
         self.started_at = clock()
         self._stop = False
+        # Why it stopped on its own (its state folder removed): it then exits 1, so that a
+        # service manager that restarts it on failure brings up a daemon for the new folder.
+        self._gone: str | None = None
         self._dirty = True
         # When every queued job was last read, and until when NVML is not asked again: on the
         # monotonic clock, as intervals. On the wall clock, one set back an hour stopped the timed
@@ -264,7 +268,7 @@ class Daemon:
             self.gpus_source.close()
             os.close(lock_fd)
         self.log("stopped; running jobs go on under their supervisors")
-        return 0
+        return 0 if self._gone is None else int(ExitCode.FAILED)
 
     def _on_signal(self, signum: int, _frame: object) -> None:
         if signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
@@ -296,6 +300,7 @@ class Daemon:
                 gone = self._state_replaced(store)
                 if gone is not None:
                     self.log(f"{gone}; stopping")
+                    self._gone = gone
                     break
                 for key, _ in events:
                     if key.data == "listen":
