@@ -141,6 +141,20 @@ def test_the_clients_of_an_mps_server_are_listed(tmp_path: Path) -> None:
     assert "processes" not in doc["data"]["gpus"][0]["reasons"]
 
 
+def test_a_process_in_both_the_graphics_and_the_compute_list_is_both(tmp_path: Path) -> None:
+    box = scenarios.hopper(gpus=1, processes=0)
+    box.gpus[0].processes = [
+        FakeProcess(pid=5000, used_memory=2 << 30, type="both"),
+        FakeProcess(pid=5001, used_memory=1 << 30, type="graphics"),
+        FakeProcess(pid=5002, used_memory=3 << 30),
+    ]
+    code, doc, err = top_json(box, tmp_path)
+    assert code == 0, err
+    procs = {p["pid"]: p for p in doc["data"]["processes"]}
+    assert {pid: p["kind"] for pid, p in procs.items()} == {5000: "compute+graphics", 5001: "graphics", 5002: "compute"}
+    assert procs[5000]["gpu_mem_bytes"] == 2 << 30  # one process: its memory once
+
+
 def test_gpu_lost_mid_run(tmp_path: Path) -> None:
     """GPU 1 answers the first refresh of --once and falls off the bus on the second."""
     box = scenarios.lost_gpu(processes=4)

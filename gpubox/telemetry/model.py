@@ -78,7 +78,9 @@ class ProcessSnapshot:
     pid: int  # a host pid, also for processes inside containers
     gpu_index: int
     gpu_uuid: str
-    kind: str  # "compute", "graphics", or "mps" (a client of an MPS server, which is "compute")
+    # "compute", "graphics", "compute+graphics" (in both lists), or "mps" (a client of an MPS
+    # server, which is "compute")
+    kind: str
     user: str | None = None
     command: str | None = None
     sm_util: float | None = None

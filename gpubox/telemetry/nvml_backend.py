@@ -254,7 +254,11 @@ class NvmlBackend:
             why: dict[str, str] = {}
             for p in self._call(dev, f"{kind}_processes", partial(fn, h), why) or []:
                 mem = p.usedGpuMemory
-                found[int(p.pid)] = (kind, int(mem) if mem is not None else None)
+                # In both the graphics and the compute list (a visualiser that also runs CUDA):
+                # one process, as nvidia-smi's "C+G".
+                seen = found.get(int(p.pid), ("", None))[0]
+                both = {seen, kind} == {"graphics", "compute"}
+                found[int(p.pid)] = ("compute+graphics" if both else kind, int(mem) if mem is not None else None)
             if why and kind != "mps":  # a box without MPS leaves no process unknown
                 gpu_reasons["processes"] = why[f"{kind}_processes"]
         if not found:
