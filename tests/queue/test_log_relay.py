@@ -7,10 +7,13 @@ Every timeout here is only a guard against a hang, never a measure of speed.
 
 from __future__ import annotations
 
+import errno
 import os
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 from gpubox.queue.log_relay import LogRelay, copy_while_waiting
 from tests.queue.conftest import QueueBox, wait_until
@@ -76,6 +79,41 @@ def test_a_write_that_fails_is_dropped_and_the_pipe_still_drains(tmp_path: Path)
     os.close(job_end)
     relay.close()
     assert not (tmp_path / "gone").exists()
+
+
+def test_output_lost_to_a_full_disk_is_marked_where_it_was_lost(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The job never sees a write to its log fail: the log itself says what is missing."""
+    path = tmp_path / "1.1.out"
+    relay = LogRelay(path)
+    job_end = os.dup(relay.write_end)
+    relay.started()
+    real_write = os.write
+    full = [False]
+
+    def write(fd: int, data: bytes) -> int:
+        if full[0] and fd not in (job_end, relay.read_end):
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        return real_write(fd, data)
+
+    monkeypatch.setattr(os, "write", write)
+    os.write(job_end, b"first\n")
+    relay.pump()
+    full[0] = True
+    os.write(job_end, b"x" * 1000)
+    relay.pump()
+    full[0] = False  # space freed
+    os.write(job_end, b"last\n")
+    relay.pump()
+    os.write(job_end, b"y" * 10)
+    full[0] = True  # full again at the end: said if it can be when the relay closes
+    relay.pump()
+    full[0] = False
+    os.close(job_end)
+    relay.close()
+    lost = "gpubox: {} byte(s) of output lost here: No space left on device\n"
+    assert path.read_text() == "first\n" + lost.format(1000) + "last\n" + lost.format(10)
 
 
 # Through the queue
