@@ -76,18 +76,26 @@ class LogRelay:
         """How much of `data` reached the log (all, unless a write failed: a full disk, say)."""
         done = 0
         try:
+            if self._file >= 0 and os.fstat(self._file).st_nlink == 0:
+                # Removed (the logs folder, to free space, say): holding it would keep that space
+                # taken and the rest unseen. What follows goes to a new log.
+                os.close(self._file)
+                self._file = -1
             if self._file < 0:
-                try:
-                    self._file = os.open(self.path, _FLAGS, 0o600)
-                except FileNotFoundError:  # the logs folder was removed (to free space, say): made
-                    os.mkdir(self.path.parent, 0o700)  # again, but not a whole state folder
-                    self._file = os.open(self.path, _FLAGS, 0o600)
+                self._file = self._open()
             view = memoryview(data)
             while done < len(view):
                 done += os.write(self._file, view[done:])
         except OSError as exc:
             self._why = exc.strerror or str(exc)
         return done
+
+    def _open(self) -> int:
+        try:
+            return os.open(self.path, _FLAGS, 0o600)
+        except FileNotFoundError:  # the logs folder was removed (to free space, say): made
+            os.mkdir(self.path.parent, 0o700)  # again, but not a whole state folder
+            return os.open(self.path, _FLAGS, 0o600)
 
     def close(self) -> None:
         """Copy what is left, then close every end: the job and what it left are gone."""

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import errno
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -114,6 +115,34 @@ def test_output_lost_to_a_full_disk_is_marked_where_it_was_lost(
     relay.close()
     lost = "gpubox: {} byte(s) of output lost here: No space left on device\n"
     assert path.read_text() == "first\n" + lost.format(1000) + "last\n" + lost.format(10)
+
+
+def test_a_log_removed_while_the_job_writes_is_made_again_and_let_go(tmp_path: Path) -> None:
+    """The logs folder removed to free space: the space is freed (the relay holds no removed
+    file), and what the job writes next lands in a new log, as it would for a log not made yet."""
+    folder = tmp_path / "logs"
+    folder.mkdir()
+    relay = LogRelay(folder / "1.1.out")
+    job_end = os.dup(relay.write_end)
+    relay.started()
+    os.write(job_end, b"before\n")
+    relay.pump()
+    shutil.rmtree(folder)
+    os.write(job_end, b"after\n")
+    relay.pump()
+    removed = [fd for fd in os.listdir("/proc/self/fd") if _target(fd) == f"{folder}/1.1.out (deleted)"]
+    assert removed == []
+    os.close(job_end)
+    relay.close()
+    assert (folder / "1.1.out").read_bytes() == b"after\n"
+
+
+def _target(fd: str) -> str:
+    """What this process's descriptor `fd` is open on ("<path> (deleted)" for a removed file)."""
+    try:
+        return os.readlink(f"/proc/self/fd/{fd}")
+    except OSError:  # the listing's own descriptor, closed by now
+        return ""
 
 
 # Through the queue
