@@ -94,7 +94,8 @@ class LogRelay:
         try:
             return os.open(self.path, _FLAGS, 0o600)
         except FileNotFoundError:  # the logs folder was removed (to free space, say): made
-            os.mkdir(self.path.parent, 0o700)  # again, but not a whole state folder
+            with suppress(FileExistsError):  # again (maybe by another job's relay just now),
+                os.mkdir(self.path.parent, 0o700)  # but not a whole state folder
             return os.open(self.path, _FLAGS, 0o600)
 
     def close(self) -> None:

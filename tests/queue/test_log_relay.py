@@ -145,6 +145,26 @@ def _target(fd: str) -> str:
         return ""
 
 
+def test_a_logs_folder_another_relay_makes_first_is_used(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two jobs write their first bytes after the logs folder was removed: one relay makes the
+    folder again a moment before the other, whose output lands all the same."""
+    folder = tmp_path / "logs"
+    real_mkdir = os.mkdir
+
+    def made_first(path: str | os.PathLike[str], mode: int = 0o777) -> None:
+        real_mkdir(path, mode)  # the other job's relay
+        real_mkdir(path, mode)  # this one's: FileExistsError
+
+    monkeypatch.setattr(os, "mkdir", made_first)
+    relay = LogRelay(folder / "1.1.out")
+    job_end = os.dup(relay.write_end)
+    relay.started()
+    os.write(job_end, b"first\n")
+    os.close(job_end)
+    relay.close()
+    assert (folder / "1.1.out").read_bytes() == b"first\n"
+
+
 # Through the queue
 
 
