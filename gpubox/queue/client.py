@@ -307,15 +307,20 @@ def follow(
     so asking it twice for one step would skip one."""
     current: Path | None = None
     offset = 0
+    seen: tuple[int, int] | None = None  # the file read: a log removed and made again starts anew
     path = path_for()
     while True:
         if path != current:
             if current is not None:  # a new attempt: the one before ended, and its end is read first
                 yield from _rest(current, offset)
-            current, offset = path, 0
+            current, offset, seen = path, 0, None
         chunk = b""
         if current is not None:
             with suppress(FileNotFoundError), open(current, "rb") as fh:
+                st = os.fstat(fh.fileno())
+                if seen is not None and (seen != (st.st_dev, st.st_ino) or st.st_size < offset):
+                    offset = 0  # (a new file may take the old one's inode number)
+                seen = (st.st_dev, st.st_ino)
                 fh.seek(offset)
                 chunk = fh.read(1 << 16)
         if chunk:

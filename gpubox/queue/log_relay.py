@@ -10,7 +10,8 @@ The pipes add no way for a job to die: a supervisor that dies is noticed by the 
 stops what it ran anyway. The supervisor stops whatever the job left running before it closes
 the pipes, and whatever the job wrote before it ended is still in them then, copied before the
 supervisor reports the end. A write to a log that fails (a full disk) loses that output, as the
-job's own write would have failed; the job is never held back by it.
+job's own write would have failed; the job is never held back by it, and does not see it fail:
+the log says where output was lost, and how much, once it takes writes again.
 """
 
 from __future__ import annotations
@@ -34,6 +35,8 @@ class LogRelay:
         self.read_end, self.write_end = os.pipe2(os.O_CLOEXEC)
         os.set_blocking(self.read_end, False)
         self._file = -1
+        self._lost = 0  # bytes dropped since the log last took a write
+        self._why = ""
         self.open = True  # False once every writer closed the pipe (EOF) or the relay is closed
 
     def started(self) -> None:
@@ -61,22 +64,45 @@ class LogRelay:
         self._append(f"gpubox: {message}\n".encode(errors="replace"))
 
     def _append(self, data: bytes) -> None:
+        if self._lost:  # a gap the job never saw: marked where it is, once the log takes writes
+            gap = f"gpubox: {self._lost} byte(s) of output lost here: {self._why}\n".encode()
+            if self._write(gap) < len(gap):
+                self._lost += len(data)
+                return
+            self._lost = 0
+        self._lost += len(data) - self._write(data)
+
+    def _write(self, data: bytes) -> int:
+        """How much of `data` reached the log (all, unless a write failed: a full disk, say)."""
+        done = 0
         try:
+            if self._file >= 0 and os.fstat(self._file).st_nlink == 0:
+                # Removed (the logs folder, to free space, say): holding it would keep that space
+                # taken and the rest unseen. What follows goes to a new log.
+                os.close(self._file)
+                self._file = -1
             if self._file < 0:
-                try:
-                    self._file = os.open(self.path, _FLAGS, 0o600)
-                except FileNotFoundError:  # the logs folder was removed (to free space, say): made
-                    os.mkdir(self.path.parent, 0o700)  # again, but not a whole state folder
-                    self._file = os.open(self.path, _FLAGS, 0o600)
+                self._file = self._open()
             view = memoryview(data)
-            while view:
-                view = view[os.write(self._file, view) :]
-        except OSError:
-            pass  # lost, as the job's own write would have been (see the module's note)
+            while done < len(view):
+                done += os.write(self._file, view[done:])
+        except OSError as exc:
+            self._why = exc.strerror or str(exc)
+        return done
+
+    def _open(self) -> int:
+        try:
+            return os.open(self.path, _FLAGS, 0o600)
+        except FileNotFoundError:  # the logs folder was removed (to free space, say): made
+            with suppress(FileExistsError):  # again (maybe by another job's relay just now),
+                os.mkdir(self.path.parent, 0o700)  # but not a whole state folder
+            return os.open(self.path, _FLAGS, 0o600)
 
     def close(self) -> None:
         """Copy what is left, then close every end: the job and what it left are gone."""
         self.pump()
+        if self._lost:
+            self._append(b"")  # the last chance to say that the end was lost
         for fd in (self.read_end, self.write_end, self._file):
             if fd >= 0:
                 with suppress(OSError):

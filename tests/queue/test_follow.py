@@ -83,3 +83,19 @@ def test_every_attempt_is_read_when_the_job_ended_before_the_first_look(tmp_path
     path_for = each_attempt(lambda: attempt[0], logs.__getitem__)
     done = lambda: attempt[0] == 3  # noqa: E731
     assert b"".join(follow(path_for, done, sleep)) == b"att 2\natt 3\n"
+
+
+def test_a_log_removed_and_made_again_is_read_from_its_start(tmp_path: Path) -> None:
+    """The logs folder removed to free space while the job runs: its supervisor makes a new log
+    for what the job writes next, shorter than what was read of the old one."""
+    log = tmp_path / "1.1.out"
+    log.write_bytes(b"a long first part\n")
+    sleeps: list[float] = []
+
+    def sleep(seconds: float) -> None:
+        sleeps.append(seconds)
+        log.unlink()
+        log.write_bytes(b"new\n")
+
+    done = lambda: bool(sleeps)  # noqa: E731
+    assert b"".join(follow(lambda: log, done, sleep)) == b"a long first part\nnew\n"

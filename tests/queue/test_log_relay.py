@@ -7,10 +7,14 @@ Every timeout here is only a guard against a hang, never a measure of speed.
 
 from __future__ import annotations
 
+import errno
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 from gpubox.queue.log_relay import LogRelay, copy_while_waiting
 from tests.queue.conftest import QueueBox, wait_until
@@ -76,6 +80,89 @@ def test_a_write_that_fails_is_dropped_and_the_pipe_still_drains(tmp_path: Path)
     os.close(job_end)
     relay.close()
     assert not (tmp_path / "gone").exists()
+
+
+def test_output_lost_to_a_full_disk_is_marked_where_it_was_lost(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The job never sees a write to its log fail: the log itself says what is missing."""
+    path = tmp_path / "1.1.out"
+    relay = LogRelay(path)
+    job_end = os.dup(relay.write_end)
+    relay.started()
+    real_write = os.write
+    full = [False]
+
+    def write(fd: int, data: bytes) -> int:
+        if full[0] and fd not in (job_end, relay.read_end):
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        return real_write(fd, data)
+
+    monkeypatch.setattr(os, "write", write)
+    os.write(job_end, b"first\n")
+    relay.pump()
+    full[0] = True
+    os.write(job_end, b"x" * 1000)
+    relay.pump()
+    full[0] = False  # space freed
+    os.write(job_end, b"last\n")
+    relay.pump()
+    os.write(job_end, b"y" * 10)
+    full[0] = True  # full again at the end: said if it can be when the relay closes
+    relay.pump()
+    full[0] = False
+    os.close(job_end)
+    relay.close()
+    lost = "gpubox: {} byte(s) of output lost here: No space left on device\n"
+    assert path.read_text() == "first\n" + lost.format(1000) + "last\n" + lost.format(10)
+
+
+def test_a_log_removed_while_the_job_writes_is_made_again_and_let_go(tmp_path: Path) -> None:
+    """The logs folder removed to free space: the space is freed (the relay holds no removed
+    file), and what the job writes next lands in a new log, as it would for a log not made yet."""
+    folder = tmp_path / "logs"
+    folder.mkdir()
+    relay = LogRelay(folder / "1.1.out")
+    job_end = os.dup(relay.write_end)
+    relay.started()
+    os.write(job_end, b"before\n")
+    relay.pump()
+    shutil.rmtree(folder)
+    os.write(job_end, b"after\n")
+    relay.pump()
+    removed = [fd for fd in os.listdir("/proc/self/fd") if _target(fd) == f"{folder}/1.1.out (deleted)"]
+    assert removed == []
+    os.close(job_end)
+    relay.close()
+    assert (folder / "1.1.out").read_bytes() == b"after\n"
+
+
+def _target(fd: str) -> str:
+    """What this process's descriptor `fd` is open on ("<path> (deleted)" for a removed file)."""
+    try:
+        return os.readlink(f"/proc/self/fd/{fd}")
+    except OSError:  # the listing's own descriptor, closed by now
+        return ""
+
+
+def test_a_logs_folder_another_relay_makes_first_is_used(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two jobs write their first bytes after the logs folder was removed: one relay makes the
+    folder again a moment before the other, whose output lands all the same."""
+    folder = tmp_path / "logs"
+    real_mkdir = os.mkdir
+
+    def made_first(path: str | os.PathLike[str], mode: int = 0o777) -> None:
+        real_mkdir(path, mode)  # the other job's relay
+        real_mkdir(path, mode)  # this one's: FileExistsError
+
+    monkeypatch.setattr(os, "mkdir", made_first)
+    relay = LogRelay(folder / "1.1.out")
+    job_end = os.dup(relay.write_end)
+    relay.started()
+    os.write(job_end, b"first\n")
+    os.close(job_end)
+    relay.close()
+    assert (folder / "1.1.out").read_bytes() == b"first\n"
 
 
 # Through the queue
