@@ -47,8 +47,12 @@ class LogRelay:
             self.write_end = -1
 
     def pump(self) -> None:
-        """Copy what the pipe holds now to the log, without blocking."""
-        while self.open:
+        """Copy what the pipe holds now to the log, without blocking. At most 16 reads a call, far
+        more than a pipe holds: a job that refills it as fast as it is read must not keep its
+        supervisor from its other duties (a time limit, a cancel)."""
+        for _ in range(16):
+            if not self.open:
+                return
             try:
                 chunk = os.read(self.read_end, _CHUNK)
             except BlockingIOError:

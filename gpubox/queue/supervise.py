@@ -283,7 +283,7 @@ def _spare_main(launch_r: int, done_w: int) -> int:
                 return 0  # no start was recorded: run nothing
             if isinstance(ready, OSError):
                 ready = _ready(launch)  # prepared long before, maybe: what counts is now
-            if isinstance(ready, OSError):  # a full disk, a read-only file system: it fails, saying why
+            if isinstance(ready, OSError):  # a read-only file system, a file for a folder: it fails, saying why
                 where = launch.log_prefix.parent
                 result = Outcome(None, "failed", f"its logs cannot be opened in {where}: {ready.strerror or ready}")
             else:

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from gpubox.queue import log_relay
 from gpubox.queue.log_relay import LogRelay, copy_while_waiting
 from tests.queue.conftest import QueueBox, wait_until
 
@@ -220,3 +221,26 @@ def test_a_helper_that_keeps_stderr_open_does_not_hold_up_the_end(queue: QueueBo
     assert row["state"] == "succeeded"
     err = (queue.state_dir / "logs" / f"{job_id}.1.err").read_text()
     assert err == "before\ngpubox: stopped 1 process(es) the job left running\n"
+
+
+def test_a_writer_that_never_lets_the_pipe_empty_does_not_hold_the_relay(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The supervisor copies between its other duties (a time limit, a cancel): one pump must
+    return even while the job refills the pipe as fast as it is read."""
+    relay = LogRelay(tmp_path / "1.1.out")
+    relay.started()
+    reads = []
+
+    def always_more(fd: int, n: int) -> bytes:  # a job that refills the pipe at once, for ever
+        reads.append(fd)
+        if len(reads) > 1000:
+            raise AssertionError("one pump copied for as long as the job wrote")
+        return b"x" * n
+
+    monkeypatch.setattr(log_relay.os, "read", always_more)
+    relay.pump()
+    monkeypatch.undo()
+    assert 0 < len(reads) <= 1000
+    relay.close()
+    assert (tmp_path / "1.1.out").stat().st_size == len(reads) * 65536
