@@ -813,8 +813,8 @@ class Daemon:
             self._armed = None
 
     def _arm(self, store: JobStore) -> None:
-        """Hand the guessed next job to a spare ahead of time: it opens the logs and builds the
-        environment while the job before runs, and runs it on "go", sent only once the start
+        """Hand the guessed next job to a spare ahead of time: it makes the pipes for the job's
+        output and builds its environment while the job before runs, and runs it on "go", sent only once the start
         is committed."""
         guess = self._guess
         if guess is None or self._armed is not None or self.pool is None:

@@ -1,17 +1,18 @@
 """A job's supervisor: the process between the daemon and the job, which outlives the daemon.
 
 The daemon forks supervisors ahead of time (spares). A spare leaves the daemon's session and
-waits for its launch: one line, which it may get while the previous job still runs, to open
-the logs and build the environment ahead. It runs the job only on the "go" that follows, which
-the daemon sends only after recording the start (so a job never runs unrecorded or twice). At
-EOF instead it runs nothing, unless the database says its start was recorded (the daemon died
-between the two): then it runs the job, as "go" would have. It runs the job in its own process
-group with its logs, GPUs and environment. It enforces the time limit and stops the whole tree
-when asked: SIGTERM cancels, SIGUSR1 preempts. It never writes the database (and reads it only
-in that one case, on a connection of its own): it tells the daemon how the job ended over the
-done pipe and waits for the daemon's "recorded". Without it (the daemon was killed, or could
-not record it) it leaves the outcome in `<log prefix>.exit`, a file written once, and the next
-daemon records it from there. Killing or restarting the daemon loses nothing.
+waits for its launch: one line, which it may get while the previous job still runs, to make the
+pipes for the job's output and build its environment ahead. It runs the job only on the "go"
+that follows, which the daemon sends only after recording the start (so a job never runs
+unrecorded or twice). At EOF instead it runs nothing, unless the database says its start was
+recorded (the daemon died between the two): then it runs the job, as "go" would have. It runs
+the job in its own process group with its GPUs and environment, and copies the job's output
+from those pipes to its logs (log_relay.py). It enforces the time limit and stops the whole
+tree when asked: SIGTERM cancels, SIGUSR1 preempts. It never writes the database (and reads it
+only in that one case, on a connection of its own): it tells the daemon how the job ended over
+the done pipe and waits for the daemon's "recorded". Without it (the daemon was killed, or
+could not record it) it leaves the outcome in `<log prefix>.exit`, a file written once, and the
+next daemon records it from there. Killing or restarting the daemon loses nothing.
 
 A supervisor runs one job at a time. Once the end is recorded it waits for another launch, so
 a stream of short jobs does not pay a fork of Python each; but never after anyone asked to stop
@@ -142,8 +143,8 @@ RECORDED_WAIT_S = 30.0  # how long a supervisor waits for "recorded" before it l
 
 
 def prepare(spare: Spare, launch: Launch) -> None:
-    """Give a spare a job to get ready for without running it: it opens the logs and builds the
-    environment, then waits. `go` (once the start is recorded) runs it; `discard` sends it away.
+    """Give a spare a job to get ready for without running it: it makes the pipes for the job's
+    output and builds its environment, then waits. `go` (once the start is recorded) runs it; `discard` sends it away.
     The pipe is closed on failure (OSError)."""
     data = json.dumps(
         {
