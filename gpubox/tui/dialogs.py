@@ -8,7 +8,7 @@ from typing import ClassVar
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
-from textual.containers import Horizontal, Vertical
+from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Button, Static
 
@@ -103,5 +103,6 @@ class HelpScreen(ModalScreen[None]):
     BINDINGS: ClassVar[list[BindingType]] = [Binding("escape,question_mark,q", "dismiss(None)", "Close")]
 
     def compose(self) -> ComposeResult:
-        with Vertical(id="help-box", classes="dialog"):
+        # focusable, so the arrows and page keys scroll it: at 80x24 half of it is below the fold
+        with VerticalScroll(id="help-box", classes="dialog"):
             yield Static(HELP, markup=True)
