@@ -7,6 +7,8 @@ import dataclasses
 import io
 
 from rich.console import Console
+from textual.content import Content
+from textual.widgets._toast import Toast
 
 from gpubox.cli.top_table import render_tables
 from gpubox.telemetry.model import BoxSnapshot
@@ -57,3 +59,32 @@ def test_a_command_with_control_characters_stays_on_one_line_in_the_once_table()
     render_tables(HostileBackend().sample(), Console(file=out, width=300, color_system=None), 0.2)
     assert ESCAPED in out.getvalue()
     assert not _controls(out.getvalue().replace("\n", ""))
+
+
+class MarkupBackend(SimulatedBackend):
+    """Names and advice holding what Textual would read as markup."""
+
+    def __init__(self) -> None:
+        super().__init__(gpus=2, processes=2, clock=lambda: NOW)
+
+    def sample(self) -> BoxSnapshot:
+        snap = super().sample()
+        gpu = dataclasses.replace(snap.gpus[0], name="GPU [/] [b]x")
+        return dataclasses.replace(snap, gpus=(gpu, *snap.gpus[1:]), notices=("py-spy at /opt/[/]/py-spy",))
+
+
+async def test_text_that_looks_like_markup_is_shown_as_it_is() -> None:
+    app = TopApp(MarkupBackend(), interval=0.05)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(pilot, app, 2)
+        # the toasts the notifications are drawn as (a headless run draws none itself)
+        toasts = [Toast(n) for n in app._notifications]
+        await app.screen.mount_all(toasts)
+        drawn = [t.render().plain for t in toasts]
+        assert any("py-spy at /opt/[/]/py-spy" in t for t in drawn), drawn
+        panel = app.grid.panel(app.snapshot.gpus[0].uuid) if app.snapshot else None
+        assert panel is not None and panel.border_title is not None
+        assert Content.from_markup(panel.border_title).plain == "0 GPU [/] [b]x"  # as drawn
+        await pilot.press("tab", "enter")  # the detail view of that GPU
+        await pilot.pause()
+        assert "GPU [/] [b]x" in str(app.screen.query_one("#detail-title").render())
