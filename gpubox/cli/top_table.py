@@ -101,7 +101,7 @@ def render_tables(snap: BoxSnapshot, console: Any, loader_threshold: float = 0.2
             loader_cell(p, loader_threshold),
             fmt.uptime(p.start_time, snap.taken_at),
             fmt.job(p.job_id, p.job_kind),
-            escape(p.command or fmt.DASH),
+            escape(fmt.one_line(p.command or fmt.DASH)),  # one line, and no escape sequence reaches the terminal
         )
     if snap.processes:
         console.print(procs)

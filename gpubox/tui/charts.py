@@ -5,6 +5,7 @@ A missing figure (None) is a gap, never drawn as 0.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Sequence
 
 BLOCKS = " ▁▂▃▄▅▆▇█"
@@ -12,13 +13,14 @@ GAP = " "
 
 
 def _tail(values: Iterable[float | None], width: int) -> list[float | None]:
-    values = list(values)
+    # a NaN or infinity is no figure: a gap, not a crash in round()
+    values = [v if v is None or math.isfinite(v) else None for v in values]
     return values[-width:] if width > 0 else []
 
 
 def scale_top(values: Sequence[float | None], floor: float) -> float:
     """The top of an autoscaled axis: the largest value, but never below `floor`."""
-    present = [v for v in values if v is not None]
+    present = [v for v in values if v is not None and math.isfinite(v)]
     return max([floor, *present])
 
 

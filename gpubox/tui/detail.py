@@ -18,6 +18,7 @@ from gpubox.telemetry.model import BoxSnapshot, GpuSnapshot, ProcessSnapshot
 from gpubox.tui.charts import graph, scale_top
 from gpubox.tui.gpu_panel import PCIE_FLOOR, below_best, downtrained
 from gpubox.tui.history import BoxHistory, GpuHistory, ProcessHistory
+from gpubox.tui.process_table import command_text
 from gpubox.tui.reasons import why_missing
 
 GRAPH_HEIGHT = 4
@@ -136,7 +137,7 @@ class GpuDetail(DetailScreen):
         text.append(f"processes ({len(procs)}{why})\n", "bold")
         for p in sorted(procs, key=lambda p: -(p.gpu_mem_bytes or 0)):
             text.append(f"{p.pid:>8} {p.user or fmt.DASH:<10} {fmt.pct(p.sm_util):>5} {fmt.size(p.gpu_mem_bytes):>9}  ")
-            text.append(f"{p.command or fmt.DASH}\n")
+            text.append(f"{command_text(p)}\n")
         return title, text
 
 
@@ -162,7 +163,7 @@ class ProcessDetail(DetailScreen):
         if proc is None:
             title.append("  (exited)", "bold red")
         text = Text(overflow="fold", end="")
-        text.append(f"{p.command or fmt.DASH}\n\n")
+        text.append(f"{command_text(p)}\n\n")
         gpu = next((g for g in snap.gpus if g.uuid == p.gpu_uuid), None)
         mem_top = float(gpu.mem_total_bytes) if gpu and gpu.mem_total_bytes else scale_top(list(h.gpu_mem), 1.0)
         graph_block(text, "SM %", h.sm_util, 100.0, fmt.pct, width, why_missing(p.reasons, "sm_util"))

@@ -8,12 +8,13 @@ from typing import ClassVar
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
-from textual.containers import Horizontal, Vertical
+from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Button, Static
 
 from gpubox import format as fmt
 from gpubox.telemetry.model import ProcessSnapshot
+from gpubox.tui.process_table import command_text
 
 
 class _Choice(Button):
@@ -49,7 +50,7 @@ class KillDialog(ModalScreen[int | None]):
         p = self.proc
         with Vertical(id="kill-box", classes="dialog"):
             yield Static(Text(f"Signal process {p.pid} ({p.user or fmt.DASH}) on GPU {self.gpu_label}?", style="bold"))
-            yield Static(Text(p.command or fmt.DASH, overflow="ellipsis"), classes="dialog-command")
+            yield Static(Text(command_text(p), overflow="ellipsis"), classes="dialog-command")
             yield Static(Text("SIGTERM asks it to stop; SIGKILL ends it at once.", style="dim"))
             with Horizontal(classes="dialog-buttons"):
                 yield _Choice("SIGTERM (t)", id="term", variant="warning")
@@ -102,5 +103,6 @@ class HelpScreen(ModalScreen[None]):
     BINDINGS: ClassVar[list[BindingType]] = [Binding("escape,question_mark,q", "dismiss(None)", "Close")]
 
     def compose(self) -> ComposeResult:
-        with Vertical(id="help-box", classes="dialog"):
+        # focusable, so the arrows and page keys scroll it: at 80x24 half of it is below the fold
+        with VerticalScroll(id="help-box", classes="dialog"):
             yield Static(HELP, markup=True)

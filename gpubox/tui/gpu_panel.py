@@ -6,6 +6,7 @@ import math
 
 from rich.style import Style
 from rich.text import Text
+from textual.content import Content
 from textual.events import Click, Resize
 from textual.geometry import Region
 from textual.message import Message
@@ -175,7 +176,8 @@ class GpuPanel(Widget, can_focus=True):
     def show(self, gpu: GpuSnapshot, history: GpuHistory) -> None:
         if self.gpu is None or (gpu.label, gpu.name, gpu.lost) != (self.gpu.label, self.gpu.name, self.gpu.lost):
             # setting a border title repaints the whole panel, even when it is the same title
-            self.border_title = f"{gpu.label} {gpu.name}"
+            # as text: Textual reads a str title as markup, and "[/]" in a name stopped the app
+            self.border_title = Content(f"{gpu.label} {gpu.name}")
             self.border_subtitle = "lost" if gpu.lost else ""
             self.set_class(gpu.lost, "lost")
         self.gpu, self._history = gpu, history

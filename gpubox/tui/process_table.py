@@ -46,6 +46,12 @@ def loader_text(p: ProcessSnapshot) -> str:
     return "~" + text if p.loader_wait_source == "sampled" and p.loader_wait is not None else text
 
 
+def command_text(p: ProcessSnapshot) -> str:
+    """The command on one line, its control characters shown escaped: anyone's argv (a
+    `python -c` script, an escape sequence) must not break the row or reach the terminal."""
+    return fmt.one_line(p.command or fmt.DASH)
+
+
 LOADER_STYLES = {"high": "yellow", "severe": "bold red"}
 
 
@@ -81,7 +87,7 @@ COLUMNS = (
         lambda p, g: None if p.start_time is None else -p.start_time,
     ),
     Column("job", "Job", 11, False, lambda p, g, t: fmt.job(p.job_id, p.job_kind), lambda p, g: p.job_id),
-    Column("command", "Command", None, False, lambda p, g, t: p.command or fmt.DASH, lambda p, g: p.command),
+    Column("command", "Command", None, False, lambda p, g, t: command_text(p), lambda p, g: p.command),
 )
 MIN_COMMAND_WIDTH = 12  # at 120 columns the command keeps 13: the table fits without scrolling
 COLUMN_KEYS = tuple(c.key for c in COLUMNS)

@@ -177,7 +177,8 @@ class TopApp(App[int]):
         for notice in snap.notices:
             if notice not in self._noticed:
                 self._noticed.add(notice)
-                self.notify(notice, title="loader wait", severity="warning", timeout=15)
+                # markup=False: the text is gpubox's or the system's (a path), never markup
+                self.notify(notice, title="loader wait", severity="warning", timeout=15, markup=False)
         self.refreshes += 1
 
     def _show_pace(self) -> None:
@@ -308,7 +309,8 @@ class TopApp(App[int]):
             return
         name = _signal_name(message.sig)
         if message.error is not None:
-            self.notify(f"could not send {name} to {message.pid}: {message.error}", severity="error")
+            error = f"could not send {name} to {message.pid}: {message.error}"
+            self.notify(error, severity="error", markup=False)
             return
         self.notify(f"sent {name} to {message.pid}")
         if not self.poller.paused:

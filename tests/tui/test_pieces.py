@@ -20,6 +20,13 @@ def test_sparkline_scales_pads_and_leaves_gaps() -> None:
     assert sparkline([], 3, 1) == "   "
 
 
+def test_a_nan_or_infinite_figure_is_a_gap_not_a_crash() -> None:
+    nan, inf = float("nan"), float("inf")
+    assert sparkline([nan, 50, inf], 3, 100) == " ▄ "
+    assert graph([nan, 100, -inf], 3, 1, 100) == [" █ "]
+    assert scale_top([nan, inf, 3.0], 1.0) == 3.0
+
+
 def test_graph_stacks_rows_top_first() -> None:
     assert graph([100, 50, None, 0], 4, 2, 100) == ["█   ", "██ ▁"]
     assert graph([25], 1, 2, 100) == [" ", "▄"]
