@@ -11,13 +11,14 @@ from textual.binding import Binding, BindingType
 from textual.containers import VerticalScroll
 from textual.events import Resize
 from textual.screen import Screen
-from textual.widgets import Footer, Static
+from textual.widgets import Static
 
 from gpubox import format as fmt
 from gpubox.telemetry.model import BoxSnapshot, GpuSnapshot, ProcessSnapshot
 from gpubox.tui.charts import graph, scale_top
 from gpubox.tui.gpu_panel import PCIE_FLOOR, below_best, downtrained
 from gpubox.tui.history import BoxHistory, GpuHistory, ProcessHistory
+from gpubox.tui.key_hints import KeyHints
 from gpubox.tui.process_table import command_text
 from gpubox.tui.reasons import why_missing
 
@@ -73,7 +74,7 @@ class DetailScreen(Screen[None]):
         yield Static(id="detail-title")
         with VerticalScroll(id="detail-scroll"):
             yield Static(id="detail-body")
-        yield Footer()
+        yield KeyHints()
 
     def follow(self, snap: BoxSnapshot, history: BoxHistory) -> None:
         self._snap, self._history = snap, history

@@ -20,6 +20,7 @@ from textual.widgets import DataTable
 from textual.widgets.data_table import ColumnKey
 
 from gpubox import format as fmt
+from gpubox.column_fit import PROCESS_DROP_ORDER, fit_columns
 from gpubox.telemetry.loader_wait import wait_level
 from gpubox.telemetry.model import BoxSnapshot, ProcessSnapshot
 from gpubox.tui.process_filter import ProcessFilter
@@ -90,9 +91,18 @@ COLUMNS = (
     Column("command", "Command", None, False, lambda p, g, t: command_text(p), lambda p, g: p.command),
 )
 MIN_COMMAND_WIDTH = 12  # at 120 columns the command keeps 13: the table fits without scrolling
+DROP_ORDER = PROCESS_DROP_ORDER  # on a narrow terminal, the least needed first (README, "gpubox top")
 COLUMN_KEYS = tuple(c.key for c in COLUMNS)
 _BY_KEY = {c.key: c for c in COLUMNS}
 _JUSTIFY: dict[str, JustifyMethod] = {c.key: "right" if c.numeric or c.key == "pid" else "left" for c in COLUMNS}
+
+
+def _width(col: Column) -> int | None:
+    return None if col.width is None else max(col.width, len(col.label) + 2)  # room for the sort arrow
+
+
+def _right_aligned(cols: tuple[Column, ...]) -> frozenset[int]:
+    return frozenset(n for n, c in enumerate(cols) if _JUSTIFY[c.key] == "right")
 
 
 def row_key(proc: ProcessSnapshot) -> str:
@@ -103,7 +113,7 @@ class ProcessTable(TextRowsTable):
     """Sorted by one column (numbers largest first, text A to Z; `reverse` flips), filtered by a
     ProcessFilter. `processes` maps each row key to the process it shows."""
 
-    right_aligned = frozenset(n for n, c in enumerate(COLUMNS) if _JUSTIFY[c.key] == "right")
+    right_aligned = _right_aligned(COLUMNS)
     # Enter opens the detail at once, as d does. DataTable's Enter posts RowSelected, which is
     # handled only after the keys read with it: "Enter, down, k" moved the cursor, opened a kill
     # dialog for the next process, and then the detail of that one on top of the dialog.
@@ -123,12 +133,39 @@ class ProcessTable(TextRowsTable):
         self._order: list[str] = []
         self._snap: BoxSnapshot | None = None
         self._room = MIN_COMMAND_WIDTH  # the command column's width, for this show
+        self._cols: tuple[Column, ...] = COLUMNS  # the columns shown: those that fit the width
 
     def on_mount(self) -> None:
-        for col in COLUMNS:
-            width = None if col.width is None else max(col.width, len(col.label) + 2)  # room for the sort arrow
-            self.add_column(col.label, width=width, key=col.key)
+        self._add_columns()
+
+    def _add_columns(self) -> None:
+        for col in self._cols:
+            self.add_column(col.label, width=_width(col), key=col.key)
+        self.right_aligned = _right_aligned(self._cols)
         self._label_headers()
+
+    def _fitting(self) -> tuple[Column, ...]:
+        if not self.size.width:
+            return self._cols  # not laid out yet
+        pad = 2 * self.cell_padding
+        widths = {c.key: (_width(c) or MIN_COMMAND_WIDTH) + pad for c in COLUMNS}
+        room = self.size.width - self.styles.scrollbar_size_vertical
+        return tuple(_BY_KEY[k] for k in fit_columns(widths, DROP_ORDER, room))
+
+    def _refit(self) -> None:
+        """Show the columns that fit the width now. Rare (a resize across a column's width), so
+        the table is simply rebuilt; show() then adds every row again."""
+        cols = self._fitting()
+        if cols == self._cols:
+            return
+        self._cols = cols
+        for key in self.processes:
+            self.forget_row(key)
+        self.clear(columns=True)
+        for rows in (self.processes, self._texts, self._cell_styles, self._labels):
+            rows.clear()
+        self._order = []
+        self._add_columns()
 
     def show(self, snap: BoxSnapshot) -> None:
         self._snap = snap
@@ -140,6 +177,7 @@ class ProcessTable(TextRowsTable):
                 wanted[row_key(proc)] = (proc, label)
         self.total = len(snap.processes)
         cursor = self._cursor_key()
+        self._refit()
         self._room = self._command_width
         for key in [k for k in self.processes if k not in wanted]:
             self.remove_row(key)
@@ -147,13 +185,14 @@ class ProcessTable(TextRowsTable):
             del self.processes[key], self._texts[key], self._cell_styles[key], self._labels[key]
         for key, (proc, label) in wanted.items():
             texts = self._row_texts(proc, label, snap.taken_at)
-            styles = tuple("" if c.style is None else c.style(proc, self.loader_threshold) for c in COLUMNS)
+            styles = tuple("" if c.style is None else c.style(proc, self.loader_threshold) for c in self._cols)
             old, old_styles = self._texts.get(key), self._cell_styles.get(key)
             if old is None or old_styles is None:
-                cells = (self._cell(c, t, st) for c, t, st in zip(COLUMNS, texts, styles, strict=True))
+                cells = (self._cell(c, t, st) for c, t, st in zip(self._cols, texts, styles, strict=True))
                 self.add_row(*cells, key=key)
             elif old != texts or old_styles != styles:
-                for col, text, style, was, was_style in zip(COLUMNS, texts, styles, old, old_styles, strict=True):
+                cols = self._cols
+                for col, text, style, was, was_style in zip(cols, texts, styles, old, old_styles, strict=True):
                     if text != was or style != was_style:
                         # the command column is sized to its cells; the others have fixed widths
                         cell = self._cell(col, text, style)
@@ -163,7 +202,7 @@ class ProcessTable(TextRowsTable):
         self._resort(cursor)
 
     def _row_texts(self, proc: ProcessSnapshot, label: str, taken_at: float) -> tuple[str, ...]:
-        texts = [col.text(proc, label, taken_at) for col in COLUMNS]
+        texts = [col.text(proc, label, taken_at) for col in self._cols]
         command, room = texts[-1], self._room
         if cell_len(command) > room:  # cut here rather than scroll sideways; the detail view has it all
             texts[-1] = set_cell_size(command, room - 1) + "…"
@@ -177,7 +216,9 @@ class ProcessTable(TextRowsTable):
 
     def on_resize(self, event: Resize) -> None:
         if self._snap is not None:
-            self.show(self._snap)  # recut the commands to the new width
+            self.show(self._snap)  # refit the columns and recut the commands to the new width
+        else:
+            self._refit()
 
     def row_text(self, key: str) -> tuple[str, ...] | None:
         return self._texts.get(key)
@@ -212,15 +253,16 @@ class ProcessTable(TextRowsTable):
         if order == self._order:
             return
         self._order = order
-        # DataTable.sort hands the key function cell values, not row keys: PID and GPU name a row.
-        rank = {self._texts[k][:2]: n for n, k in enumerate(order)}
-        self.sort("pid", "gpu", key=lambda cells: rank[(str(cells[0]), str(cells[1]))])
+        # DataTable.sort hands the key function cell values, not row keys: each row's PID cell is
+        # its own object (the GPU column, which with the PID would name a row, may be hidden).
+        rank = {id(self.get_cell(k, "pid")): n for n, k in enumerate(order)}
+        self.sort("pid", key=lambda cell: rank[id(cell)])
         if cursor in self.processes:  # the cursor stays on its process, wherever that moved
             self.move_cursor(row=self.get_row_index(cursor), scroll=False)
 
     def _label_headers(self) -> None:
         arrow = " ▼" if _BY_KEY[self.sort_column].numeric != self.reverse else " ▲"
-        for col in COLUMNS:
+        for col in self._cols:
             self.columns[ColumnKey(col.key)].label = Text(col.label + (arrow if col.key == self.sort_column else ""))
         self.refresh()
 
@@ -230,7 +272,11 @@ class ProcessTable(TextRowsTable):
         self._resort(self._cursor_key())
 
     def next_sort_column(self) -> None:
-        self.sort_by(COLUMN_KEYS[(COLUMN_KEYS.index(self.sort_column) + 1) % len(COLUMN_KEYS)])
+        """The next column shown: a column hidden on a narrow terminal is skipped."""
+        start = COLUMN_KEYS.index(self.sort_column)
+        shown = {c.key for c in self._cols}
+        after = (COLUMN_KEYS[(start + n) % len(COLUMN_KEYS)] for n in range(1, len(COLUMN_KEYS) + 1))
+        self.sort_by(next(k for k in after if k in shown))
 
     def reverse_sort(self) -> None:
         self.sort_by(self.sort_column, not self.reverse)

@@ -15,7 +15,7 @@ from textual.binding import Binding, BindingType
 from textual.containers import Horizontal
 from textual.screen import ModalScreen, Screen
 from textual.widget import Widget
-from textual.widgets import DataTable, Footer, Input
+from textual.widgets import DataTable, Input
 
 from gpubox.exit_codes import ExitCode
 from gpubox.telemetry.backend import TelemetryBackend
@@ -27,6 +27,7 @@ from gpubox.tui.dialogs import HelpScreen, KillDialog
 from gpubox.tui.filter_box import FilterBox
 from gpubox.tui.gpu_panel import GpuGrid, GpuPanel
 from gpubox.tui.history import BoxHistory
+from gpubox.tui.key_hints import KeyHints
 from gpubox.tui.poller import STALE_AFTER, Poller, SampleLanded, SignalSent, faster, slower
 from gpubox.tui.process_filter import ProcessFilter
 from gpubox.tui.process_table import DEFAULT_LOADER_THRESHOLD, ProcessTable
@@ -102,7 +103,7 @@ class TopApp(App[int]):
         yield self.table
         yield self._filter
         yield self._status
-        yield Footer()
+        yield KeyHints()
 
     def on_mount(self) -> None:
         # A sample stuck in the driver must not keep the process alive after q.
