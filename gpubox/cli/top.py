@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from typing import TYPE_CHECKING, Annotated
 
@@ -119,8 +120,16 @@ def _top(
     else:
         from gpubox.cli.top_table import render_tables
 
-        render_tables(snap, console(cfg.get("color")), cfg.get("top.loader_wait_threshold"))
+        out = console(cfg.get("color"))
+        out.width = _columns() or out.width  # `COLUMNS=80 gpubox top --once | less` fits 80, piped too
+        render_tables(snap, out, cfg.get("top.loader_wait_threshold"))
     return int(ExitCode.OK)
+
+
+def _columns() -> int | None:
+    """COLUMNS from the environment, where it is a sensible width."""
+    text = os.environ.get("COLUMNS", "")
+    return int(text) if text.isdigit() and 20 <= int(text) <= 1000 else None
 
 
 def _gpus(text: str, backend: TelemetryBackend) -> frozenset[str]:
