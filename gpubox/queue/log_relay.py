@@ -46,11 +46,12 @@ class LogRelay:
             os.close(self.write_end)
             self.write_end = -1
 
-    def pump(self) -> None:
-        """Copy what the pipe holds now to the log, without blocking. At most 16 reads a call, far
-        more than a pipe holds: a job that refills it as fast as it is read must not keep its
-        supervisor from its other duties (a time limit, a cancel)."""
-        for _ in range(16):
+    def pump(self, most: int = 16) -> None:
+        """Copy what the pipe holds now to the log, without blocking. At most `most` reads a call,
+        by default 1 MiB, what the largest pipe a job may ask for without privileges holds: a job
+        that refills it as fast as it is read must not keep its supervisor from its other duties
+        (a time limit, a cancel)."""
+        for _ in range(most):
             if not self.open:
                 return
             try:
@@ -103,8 +104,9 @@ class LogRelay:
             return os.open(self.path, _FLAGS, 0o600)
 
     def close(self) -> None:
-        """Copy what is left, then close every end: the job and what it left are gone."""
-        self.pump()
+        """Copy what is left, then close every end: the job and what it left are gone, so nothing
+        refills the pipe (a larger one than usual, which a job may ask for as root, is read whole)."""
+        self.pump(most=1 << 12)
         if self._lost:
             self._append(b"")  # the last chance to say that the end was lost
         for fd in (self.read_end, self.write_end, self._file):

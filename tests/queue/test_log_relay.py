@@ -8,6 +8,7 @@ Every timeout here is only a guard against a hang, never a measure of speed.
 from __future__ import annotations
 
 import errno
+import fcntl
 import os
 import shutil
 import subprocess
@@ -23,6 +24,7 @@ from tests.queue.conftest import QueueBox, wait_until
 END_STATES = ("succeeded", "failed", "cancelled", "timeout", "lost")
 HANG = 60.0
 MIB = 1 << 20
+F_SETPIPE_SZ = getattr(fcntl, "F_SETPIPE_SZ", 1031)  # Linux
 
 
 def test_no_file_until_something_is_written(tmp_path: Path) -> None:
@@ -244,3 +246,18 @@ def test_a_writer_that_never_lets_the_pipe_empty_does_not_hold_the_relay(
     assert 0 < len(reads) <= 1000
     relay.close()
     assert (tmp_path / "1.1.out").stat().st_size == len(reads) * 65536
+
+
+def test_a_pipe_a_job_enlarged_is_copied_whole_at_the_end(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A job may enlarge its pipe (F_SETPIPE_SZ; past 1 MiB as root) and end with it full: what
+    it holds is still the job's output, copied whole when the relay closes, however many reads
+    that takes (here 4 KiB reads of a 1 MiB pipe: 256, more than one copy's bound)."""
+    monkeypatch.setattr(log_relay, "_CHUNK", 4096)
+    relay = LogRelay(tmp_path / "1.1.out")
+    fcntl.fcntl(relay.write_end, F_SETPIPE_SZ, MIB)  # allowed to anyone (/proc/sys/fs/pipe-max-size)
+    job_end = os.dup(relay.write_end)
+    relay.started()
+    os.write(job_end, b"y" * MIB)  # the job writes it all, and ends
+    os.close(job_end)
+    relay.close()
+    assert (tmp_path / "1.1.out").stat().st_size == MIB
