@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import ClassVar
 
 from textual import events
-from textual.binding import Binding
+from textual.binding import Binding, BindingType
 from textual.widgets import Input
 
 
@@ -29,6 +30,13 @@ class FilterBox(Input):
     every editing key acts as it comes, Enter and Escape hand the focus back at once, and keys
     that reach the box after that go back to the app."""
 
+    # What the footer shows while the box has the focus: Enter and Escape act in _on_key, as
+    # they come; these run only if a key ever reaches the bindings.
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("enter", "keep", "Apply", key_display="⏎"),
+        Binding("escape", "clear", "Clear", key_display="esc"),
+    ]
+
     def __init__(self, done: Callable[[bool], None], placeholder: str, id: str) -> None:
         super().__init__(placeholder=placeholder, id=id)
         self._done = done  # called with True to clear the filter (Escape), False to keep it
@@ -46,3 +54,9 @@ class FilterBox(Input):
             return  # a letter: Input's own handler types it
         event.stop()
         event.prevent_default()  # Input's handler, and the bindings, must not act again
+
+    def action_keep(self) -> None:
+        self._done(False)
+
+    def action_clear(self) -> None:
+        self._done(True)

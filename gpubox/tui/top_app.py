@@ -36,6 +36,7 @@ from gpubox.tui.status_bar import Line, host_text, pace_text, status_text
 PACE_TICK = 0.5  # seconds between checks of the sampler's pace: cheap, and enough for "stale for N s"
 # Actions that act on the main screen's table or panels, so not while a dialog or detail is up.
 _MAIN_ONLY = frozenset({"sort_next", "sort_reverse", "filter", "detail"})
+_TYPED = frozenset({"filter", "faster", "slower"})  # keys that type a character in the filter box
 
 
 class TopApp(App[int]):
@@ -198,8 +199,10 @@ class TopApp(App[int]):
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         screen = self.screen
-        if action == "filter" and isinstance(self.focused, Input):
-            return False  # a "/" typed in the box is part of the filter (a path in a command)
+        if action in _TYPED and isinstance(self.focused, Input):
+            # typed in the box, these keys are part of the filter ("/" of a path, "-" of an
+            # option): neither run nor shown in the footer then
+            return False
         if isinstance(screen, ModalScreen):
             # Tab moves between the dialog's buttons: it is the screen's binding, run here
             return action in {"quit", "escape", "focus_next", "focus_previous"}

@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 from rich.cells import cell_len
 from textual.pilot import Pilot
+from textual.widgets import Input
 
 from gpubox.tui.process_table import COLUMNS, DROP_ORDER, ProcessTable
 from gpubox.tui.top_app import TopApp
@@ -93,3 +94,25 @@ async def test_the_cursor_stays_on_its_process_when_columns_change() -> None:
         assert "user" not in shown(app.table)
         after = app.table.process_at_cursor()
         assert before is not None and after is not None and after.key == before.key
+
+
+async def test_while_filtering_the_footer_shows_the_filter_keys_not_the_typed_ones() -> None:
+    """In the filter box "+" and "-" are typed, not "Faster" and "Slower"; Enter applies the
+    filter and Escape clears it."""
+    app = TopApp(sim(2, 6), interval=0.05)
+    async with app.run_test(size=(120, 30)) as pilot:
+        await still(pilot, app)
+
+        def hints() -> set[str]:
+            return {str(getattr(w, "description", "")) for w in app.screen.query("FooterKey")}
+
+        assert {"Faster", "Slower"} <= hints()
+        await pilot.press("slash")
+        await pilot.pause()  # (`still` would type its "p" into the box)
+        assert {"Apply", "Clear"} <= hints() and not {"Faster", "Slower"} & hints()
+        await pilot.press("a", "minus", "b", "plus")
+        await pilot.pause()
+        assert app.query_one("#filter", Input).value == "a-b+"
+        await pilot.press("escape")
+        await pilot.pause()
+        assert {"Faster", "Slower"} <= hints() and not {"Apply", "Clear"} & hints()
