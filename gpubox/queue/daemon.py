@@ -216,6 +216,7 @@ class Daemon:
     def run(self) -> int:
         lock_fd = self._lock()
         store = JobStore(self.db_path, clock=self.clock, durable=False)
+        store.checkpoint_aside()
         held = os.fstat(lock_fd)
         self._lock_file = (held.st_dev, held.st_ino)
         listening: tuple[int, int] | None = None

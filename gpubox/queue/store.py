@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gpubox.paths import ensure_private_dir
 from gpubox.queue.jobs import (
@@ -33,6 +33,9 @@ from gpubox.queue.jobs import (
     spec_from_json,
     spec_to_json,
 )
+
+if TYPE_CHECKING:
+    from gpubox.queue.checkpoints import Checkpointer
 
 __all__ = ["END_STATES", "STATES", "Attempt", "Job", "JobSpec", "JobStore", "StoreError"]
 
@@ -170,6 +173,7 @@ class JobStore:
         # Write transactions this connection committed: with `data_version` (other connections'
         # commits), whether the database is still as it was when something was read.
         self.writes = 0
+        self._checkpointer: Checkpointer | None = None
         try:
             ensure_private_dir(self.path.parent)
             # One JobStore per process: closing this descriptor would drop the POSIX locks of any
@@ -283,7 +287,19 @@ class JobStore:
             self._db.execute("ROLLBACK")
             raise
 
+    def checkpoint_aside(self) -> None:
+        """For the daemon: WAL checkpoints on a thread of their own, not in its commits
+        (gpubox/queue/checkpoints.py)."""
+        from gpubox.queue.checkpoints import SAFETY_NET_PAGES, Checkpointer
+
+        if self._checkpointer is None:
+            self._db.execute(f"PRAGMA wal_autocheckpoint = {SAFETY_NET_PAGES}")
+            self._checkpointer = Checkpointer(self.path)
+
     def close(self) -> None:
+        if self._checkpointer is not None:
+            self._checkpointer.close()
+            self._checkpointer = None
         self._db.close()
 
     def __enter__(self) -> JobStore:
@@ -320,6 +336,8 @@ class JobStore:
                     self._db.execute("ROLLBACK")
                 raise self._failed(e) from None
             self.writes += 1
+            if self._checkpointer is not None:
+                self._checkpointer.committed()
         finally:
             self._in_transaction = False
 

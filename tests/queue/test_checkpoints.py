@@ -1,0 +1,49 @@
+"""The daemon's store leaves WAL checkpoints to a thread of its own (gpubox/queue/checkpoints.py):
+its commits never copy the log into the database, and the log is still copied soon after."""
+
+from __future__ import annotations
+
+import os
+import struct
+import threading
+from pathlib import Path
+
+from gpubox.queue.checkpoints import EVERY
+from gpubox.queue.jobs import JobSpec
+from gpubox.queue.store import JobStore
+from tests.queue.conftest import wait_until
+
+SPEC = JobSpec(argv=("true",), cwd="/", env=dict(os.environ), gpus=0, probe=False)
+
+
+def _log_frames(db: Path) -> tuple[int, int]:
+    """(frames in the WAL, frames of it copied into the database), from the WAL index's header
+    (SQLite's file format: mxFrame at byte 16, nBackfill at byte 96, in the machine's order)."""
+    head = Path(f"{db}-shm").read_bytes()[:100]
+    return struct.unpack_from("=I", head, 16)[0], struct.unpack_from("=I", head, 96)[0]
+
+
+def test_the_daemons_commits_are_checkpointed_by_a_thread_of_its_own(tmp_path: Path) -> None:
+    db = tmp_path / "queue.db"
+    store = JobStore(db, durable=False)
+    try:
+        store.checkpoint_aside()
+        assert store._db.execute("PRAGMA wal_autocheckpoint").fetchone()[0] > 1000  # not in its commits
+        for _ in range(3 * EVERY):  # far fewer pages than SQLite's own 1,000-page checkpoint needs
+            store.add(SPEC)
+        # The thread copies every frame written up to its last call, the 300th commit: all of them.
+        wait_until(lambda: _log_frames(db)[0] == _log_frames(db)[1] > 0, 10, "a checkpoint of every commit")
+        assert len(store.list()) == 3 * EVERY
+    finally:
+        store.close()
+    assert [t for t in threading.enumerate() if t.name == "gpubox-checkpoint"] == []  # it ends with the store
+
+
+def test_a_store_without_it_leaves_the_log_to_sqlite(tmp_path: Path) -> None:
+    # What the test above tells apart: the same commits from a plain store are not copied yet.
+    db = tmp_path / "queue.db"
+    with JobStore(db, durable=False) as store:
+        for _ in range(3 * EVERY):
+            store.add(SPEC)
+        frames, copied = _log_frames(db)
+        assert frames > 0 and copied < frames
