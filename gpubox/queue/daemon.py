@@ -159,6 +159,7 @@ class Daemon:
         self._armed: _Armed | None = None
         self._refresh_at: float | None = None  # when to plan again after fast starts (monotonic)
         self._no_gpus_until = -math.inf
+        self._planned = False  # a pass has planned (and so knows whether jobs wait)
         self._reboot_checked = False  # the jobs that ran before a restart of the machine are marked lost
         self._lock_file: tuple[int, int] | None = None  # the lock file it holds (device, inode)
 
@@ -330,6 +331,7 @@ class Daemon:
                 if self._refresh_at is not None and time.monotonic() >= self._refresh_at:
                     self._dirty = True
                 due = time.monotonic() - self._last_full >= self.config.poll_interval_s
+                timed = due and self._last_full != -math.inf  # not the first pass
                 if self._dirty or (due and self._active):
                     self._dirty = False
                     self._refresh_at = None
@@ -337,6 +339,8 @@ class Daemon:
                     if due:
                         self._last_full = time.monotonic()
                     version = store.data_version()
+                if self.recording is not None and self._planned and (timed or not self._active):
+                    self._start_recording(store, self.recording)
                 if failures and said is not None:
                     self.log("working again")
                 failures, said = 0, None
@@ -714,18 +718,23 @@ class Daemon:
             # Only CPU-only jobs were read (or none): the GPUs that jobs hold or that are paused are
             # still named by index (`queue ls`, `daemon status`), read once the starts are made.
             self._gpus()
+        self._planned = True
         self._keep_spare(bool(self.reasons))
         self._rearm(guess)
         self._arm(store)
-        if self.recording is not None and self._sampler is None:
-            self._start_recording(self.recording)
-        if self._sampler is not None:  # read by the ledger's thread, each swapped whole
-            self.running = tuple(store.list(["running"]))
-            self.waiting = dict(self.reasons)
+        if self._sampler is not None:
+            self._share_state(store)
 
-    def _start_recording(self, recording: Callable[[Daemon], Any]) -> None:
-        """Start the ledger's sampler: after the first pass, not with the daemon, as its imports
-        and first samples would hold back the first job of a cold queue. Tried once."""
+    def _share_state(self, store: JobStore) -> None:
+        """What the ledger's thread reads, each swapped whole."""
+        self.running = tuple(store.list(["running"]))
+        self.waiting = dict(self.reasons)
+
+    def _start_recording(self, store: JobStore, recording: Callable[[Daemon], Any]) -> None:
+        """Start the ledger's sampler: not with the daemon but once a pass finds no job queued
+        or running, or at the first timed pass: its imports and its thread's first
+        samples held back the first jobs of a cold queue (on two CPUs, 30 ms before the second
+        of a stream of short jobs). Tried once."""
         self.recording = None
         try:
             sampler = recording(self)
@@ -734,6 +743,7 @@ class Daemon:
             self.log(f"GPU use is not recorded: {type(exc).__name__}: {exc}")
             return
         self._sampler = sampler
+        self._share_state(store)
 
     @staticmethod
     def _dep_states(store: JobStore, queued: list[Job], running: list[Job]) -> dict[int, str | None]:

@@ -12,7 +12,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +27,7 @@ from gpubox.queue.layout import db_path
 from gpubox.queue.schedule import QueueConfig
 from gpubox.queue.store import JobSpec, JobStore
 from gpubox.queue.submit import AddOptions
+from gpubox.queue.wire import poke
 from tests.queue.conftest import NoGpus, QueueBox, wait_until
 
 HANG = 60.0
@@ -294,21 +295,30 @@ class Sampler:
         self.seen.append("stopped")
 
 
-def run_daemon(tmp_path: Path, recording: Any, log: list[str]) -> JobStore:
+def run_daemon(
+    tmp_path: Path,
+    recording: Any,
+    log: list[str],
+    stop_when: Callable[[], bool] = lambda: True,
+    argv: tuple[str, ...] = ("true",),
+    poll_interval_s: float = 60.0,
+) -> JobStore:
     """A daemon in this thread, with two CPU-only jobs queued before it starts; it stops once they
-    have ended."""
+    have ended and `stop_when()` holds. No timed pass comes in the first `poll_interval_s`."""
     base = tmp_path / "box"
     paths = resolve_paths(
         {"HOME": str(base), "GPUBOX_STATE_DIR": str(base / "state"), "GPUBOX_RUNTIME_DIR": str(base / "run")}
     )
     store = JobStore(db_path(paths))
-    spec = JobSpec(argv=("true",), cwd="/", env=dict(os.environ), gpus=0, probe=False)
+    spec = JobSpec(argv=argv, cwd="/", env=dict(os.environ), gpus=0, probe=False)
     store.add_many([spec, spec])
-    daemon = Daemon(paths, QueueConfig(poll_interval_s=0.2), gpu_source=NoGpus(), log=log.append, recording=recording)
+    config = QueueConfig(poll_interval_s=poll_interval_s)
+    daemon = Daemon(paths, config, gpu_source=NoGpus(), log=log.append, recording=recording)
 
     def stop_when_done() -> None:
-        wait_until(lambda: all(j.state == "succeeded" for j in store.list()), HANG, "the jobs to end")
+        wait_until(lambda: all(j.state == "succeeded" for j in store.list()) and stop_when(), HANG, "the jobs to end")
         daemon._stop = True
+        poke(daemon.socket_path)  # it sees the stop once something wakes it
 
     watcher = threading.Thread(target=stop_when_done)
     watcher.start()
@@ -317,18 +327,38 @@ def run_daemon(tmp_path: Path, recording: Any, log: list[str]) -> JobStore:
     return store
 
 
-def test_the_sampler_starts_after_the_first_pass_and_stops_with_the_daemon(tmp_path: Path) -> None:
+def test_the_sampler_starts_once_no_job_waits_and_stops_with_the_daemon(tmp_path: Path) -> None:
+    # Not with the first jobs of a cold queue: its imports and first samples held them back.
     seen: list[str] = []
     states: list[list[str]] = []
 
     def recording(daemon: Daemon) -> Sampler:
-        with JobStore(daemon.db_path) as store:  # what the first pass did before the sampler
+        with JobStore(daemon.db_path) as store:  # what the passes did before the sampler
             states.append([j.state for j in store.list()])
         return Sampler(seen)
 
     log: list[str] = []
-    store = run_daemon(tmp_path, recording, log)
-    assert states and states[0][0] in ("running", "succeeded"), states  # the first job had started
+    store = run_daemon(tmp_path, recording, log, stop_when=lambda: bool(seen))
+    assert states == [["succeeded", "succeeded"]]
+    assert seen == ["started", "stopped"]
+    assert [j.state for j in store.list()] == ["succeeded", "succeeded"]
+
+
+def test_the_sampler_starts_at_the_first_timed_pass_while_jobs_run(tmp_path: Path) -> None:
+    go = tmp_path / "go"
+    seen: list[str] = []
+    states: list[list[str]] = []
+
+    def recording(daemon: Daemon) -> Sampler:
+        with JobStore(daemon.db_path) as store:
+            states.append([j.state for j in store.list()])
+        go.touch()  # the jobs end only once the sampler has started
+        return Sampler(seen)
+
+    log: list[str] = []
+    hold = ("sh", "-c", f"while [ ! -e {go} ]; do sleep 0.02; done")
+    store = run_daemon(tmp_path, recording, log, stop_when=lambda: bool(seen), argv=hold, poll_interval_s=0.3)
+    assert states == [["running", "queued"]]
     assert seen == ["started", "stopped"]
     assert [j.state for j in store.list()] == ["succeeded", "succeeded"]
 
@@ -341,7 +371,7 @@ def test_a_sampler_that_cannot_start_is_said_once_and_the_queue_runs_on(tmp_path
         raise OSError("no ledger here")
 
     log: list[str] = []
-    store = run_daemon(tmp_path, recording, log)
+    store = run_daemon(tmp_path, recording, log, stop_when=lambda: bool(calls))
     assert [j.state for j in store.list()] == ["succeeded", "succeeded"]
     assert calls == [1]
     assert [line for line in log if "not recorded" in line] == ["GPU use is not recorded: OSError: no ledger here"]
