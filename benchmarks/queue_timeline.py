@@ -5,7 +5,9 @@ database, for each run:
 
 - `stored`: when the jobs were committed, from the first command's start;
 - `first start`: when the first job's start was recorded (the daemon and its spawner had to start);
-- `cycle`: from one job's recorded start to the next (percentiles over the run);
+- `to the second`: from the first job's recorded start to the second's (ms);
+- `cycle`: from one job's recorded start to the next (percentiles over the run), and the
+  cycles after the second start that took over 1.5 ms: how many, and their sum (stalls);
 - `daemon`: from a job's end (the supervisor's clock) to the next start recorded by the daemon;
 - `job`: from a job's recorded start to its end, which holds its supervisor's wake-up and
   `posix_spawn`, `true` itself, and the reaping;
@@ -34,6 +36,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import queue_vs_peers as peers  # the same environment and commands
 
+LONG_MS = 1.5  # a cycle this long is a stall: the median is under 1 ms on 2 CPUs
+
 
 def one_run(n: int, home: Path, pythonpath: str | None) -> dict[str, object]:
     env = peers._env(home)
@@ -49,7 +53,9 @@ def one_run(n: int, home: Path, pythonpath: str | None) -> dict[str, object]:
         rows = db.execute("SELECT submitted_at, started_at, ended_at FROM jobs ORDER BY started_at").fetchall()
     peers._stop(home, pythonpath)
     starts = [r[1] for r in rows]
-    cycles = sorted(1000 * (b - a) for a, b in itertools.pairwise(starts))
+    in_order = [1000 * (b - a) for a, b in itertools.pairwise(starts)]
+    cycles = sorted(in_order)
+    long = [c for c in in_order[1:] if c > LONG_MS]
     daemon = [1000 * (b[1] - a[2]) for a, b in itertools.pairwise(rows)]
     job = [1000 * (r[2] - r[1]) for r in rows]
     return {
@@ -57,6 +63,8 @@ def one_run(n: int, home: Path, pythonpath: str | None) -> dict[str, object]:
         "stored": rows[0][0] - wall0,
         "first": starts[0] - wall0,
         "cycles": cycles,
+        "second": in_order[0],
+        "long": (len(long), sum(long)),
         "daemon": statistics.median(daemon),
         "job": statistics.median(job),
         "lag": total - (max(r[2] for r in rows) - wall0),
@@ -70,9 +78,12 @@ def show(name: str, r: dict[str, object]) -> str:
     def pct(p: float) -> float:
         return float(cycles[int(p * (len(cycles) - 1))])
 
+    long = r["long"]
+    assert isinstance(long, tuple)
     return (
-        f"| {name} | {r['total']:.2f} | {r['stored']:.3f} | {r['first']:.3f} | {pct(0.1):.2f} | {pct(0.5):.2f} | "
-        f"{pct(0.9):.2f} | {statistics.mean(cycles):.2f} | {r['daemon']:.2f} | {r['job']:.2f} | {r['lag']:.3f} |"
+        f"| {name} | {r['total']:.2f} | {r['stored']:.3f} | {r['first']:.3f} | {r['second']:.1f} | {pct(0.1):.2f} | "
+        f"{pct(0.5):.2f} | {pct(0.9):.2f} | {statistics.mean(cycles):.2f} | {long[0]} / {long[1]:.0f} | "
+        f"{r['daemon']:.2f} | {r['job']:.2f} | {r['lag']:.3f} |"
     )
 
 
@@ -88,9 +99,9 @@ def main() -> int:
     if args.baseline is not None:
         kinds.append(("baseline", str(args.baseline.resolve())))
     print(f"{args.jobs} `true` jobs, one `queue add --file` to a cold queue, then `queue wait` (seconds; cycles ms)")
-    head = "| run | total s | stored s | first start s | cycle p10 | p50 | p90 | mean | daemon p50 | job p50"
-    print(head + " | wait lag s |")
-    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    head = "| run | total s | stored s | first start s | to the second | cycle p10 | p50 | p90 | mean"
+    print(head + f" | over {LONG_MS} ms (count / sum) | daemon p50 | job p50 | wait lag s |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for r in range(args.rounds):
         for name, pythonpath in kinds:
             print(show(name, one_run(args.jobs, root / f"{name}-{r}", pythonpath)), flush=True)
