@@ -144,6 +144,7 @@ class Daemon:
         self.last_gpus: list[GpuInfo] = []
         self._nvml_error: str | None = None
         self.started_at = clock()
+        self.started_mono = time.monotonic()
         self._stop = False
         # Why it stopped on its own (its state folder removed): it then exits 1, so that a
         # service manager that restarts it on failure brings up a daemon for the new folder.
@@ -331,7 +332,6 @@ class Daemon:
                 if self._refresh_at is not None and time.monotonic() >= self._refresh_at:
                     self._dirty = True
                 due = time.monotonic() - self._last_full >= self.config.poll_interval_s
-                timed = due and self._last_full != -math.inf  # not the first pass
                 if self._dirty or (due and self._active):
                     self._dirty = False
                     self._refresh_at = None
@@ -339,7 +339,7 @@ class Daemon:
                     if due:
                         self._last_full = time.monotonic()
                     version = store.data_version()
-                if self.recording is not None and self._planned and (timed or not self._active):
+                if self.recording is not None and self._planned and (self._record_at() <= 0 or not self._active):
                     self._start_recording(store, self.recording)
                 if failures and said is not None:
                     self.log("working again")
@@ -371,9 +371,16 @@ class Daemon:
     def _timeout(self) -> float:
         if self._dirty:
             return 0
+        longest = self.config.poll_interval_s
+        if self.recording is not None and self._planned:  # the ledger's sampler is due then
+            longest = min(longest, self._record_at())
         if self._refresh_at is not None:
-            return max(0.0, min(self.config.poll_interval_s, self._refresh_at - time.monotonic()))
-        return self.config.poll_interval_s
+            return max(0.0, min(longest, self._refresh_at - time.monotonic()))
+        return longest
+
+    def _record_at(self) -> float:
+        """Seconds until the ledger's sampler starts even while jobs run (0: now)."""
+        return max(0.0, self.started_mono + RECORDING_AFTER_S - time.monotonic())
 
     def _accept(self, listener: socket.socket, store: JobStore) -> None:
         while True:
@@ -732,7 +739,7 @@ class Daemon:
 
     def _start_recording(self, store: JobStore, recording: Callable[[Daemon], Any]) -> None:
         """Start the ledger's sampler: not with the daemon but once a pass finds no job queued
-        or running, or at the first timed pass: its imports and its thread's first
+        or running, or RECORDING_AFTER_S after the daemon started: its imports and its thread's first
         samples held back the first jobs of a cold queue (on two CPUs, 30 ms before the second
         of a stream of short jobs). Tried once."""
         self.recording = None
@@ -934,6 +941,7 @@ class Daemon:
 
 
 WINDOW = 32  # jobs read per event-driven pass
+RECORDING_AFTER_S = 2.0  # the ledger's sampler starts at the latest this long after the daemon
 REFRESH_S = 0.25  # a pass at most this long after a start made without one
 # Supervisors kept forked ahead while jobs wait; the next is forked while a job runs. More did
 # not help on a 2-core box: they compete with the running job for the CPUs.

@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 
 import gpubox.queue.client as client
+import gpubox.queue.daemon as daemon_module
 from gpubox.cli.queue_support import add_jobs
 from gpubox.exit_codes import GpuboxError
 from gpubox.paths import Paths, resolve_paths
@@ -301,10 +302,9 @@ def run_daemon(
     log: list[str],
     stop_when: Callable[[], bool] = lambda: True,
     argv: tuple[str, ...] = ("true",),
-    poll_interval_s: float = 60.0,
 ) -> JobStore:
     """A daemon in this thread, with two CPU-only jobs queued before it starts; it stops once they
-    have ended and `stop_when()` holds. No timed pass comes in the first `poll_interval_s`."""
+    have ended and `stop_when()` holds. No timed pass comes meanwhile (a poll interval of 60 s)."""
     base = tmp_path / "box"
     paths = resolve_paths(
         {"HOME": str(base), "GPUBOX_STATE_DIR": str(base / "state"), "GPUBOX_RUNTIME_DIR": str(base / "run")}
@@ -312,7 +312,7 @@ def run_daemon(
     store = JobStore(db_path(paths))
     spec = JobSpec(argv=argv, cwd="/", env=dict(os.environ), gpus=0, probe=False)
     store.add_many([spec, spec])
-    config = QueueConfig(poll_interval_s=poll_interval_s)
+    config = QueueConfig(poll_interval_s=60.0)
     daemon = Daemon(paths, config, gpu_source=NoGpus(), log=log.append, recording=recording)
 
     def stop_when_done() -> None:
@@ -327,8 +327,11 @@ def run_daemon(
     return store
 
 
-def test_the_sampler_starts_once_no_job_waits_and_stops_with_the_daemon(tmp_path: Path) -> None:
+def test_the_sampler_starts_once_no_job_waits_and_stops_with_the_daemon(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     # Not with the first jobs of a cold queue: its imports and first samples held them back.
+    monkeypatch.setattr(daemon_module, "RECORDING_AFTER_S", HANG)
     seen: list[str] = []
     states: list[list[str]] = []
 
@@ -344,7 +347,11 @@ def test_the_sampler_starts_once_no_job_waits_and_stops_with_the_daemon(tmp_path
     assert [j.state for j in store.list()] == ["succeeded", "succeeded"]
 
 
-def test_the_sampler_starts_at_the_first_timed_pass_while_jobs_run(tmp_path: Path) -> None:
+def test_the_sampler_starts_a_while_after_the_daemon_even_while_jobs_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # However long the poll interval: GPU use is recorded from early on, whatever runs.
+    monkeypatch.setattr(daemon_module, "RECORDING_AFTER_S", 0.3)
     go = tmp_path / "go"
     seen: list[str] = []
     states: list[list[str]] = []
@@ -357,7 +364,7 @@ def test_the_sampler_starts_at_the_first_timed_pass_while_jobs_run(tmp_path: Pat
 
     log: list[str] = []
     hold = ("sh", "-c", f"while [ ! -e {go} ]; do sleep 0.02; done")
-    store = run_daemon(tmp_path, recording, log, stop_when=lambda: bool(seen), argv=hold, poll_interval_s=0.3)
+    store = run_daemon(tmp_path, recording, log, stop_when=lambda: bool(seen), argv=hold)
     assert states == [["running", "queued"]]
     assert seen == ["started", "stopped"]
     assert [j.state for j in store.list()] == ["succeeded", "succeeded"]
