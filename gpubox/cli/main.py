@@ -2,7 +2,8 @@
 
 `gpubox --version` answers before Typer is imported: scripts call it to probe for gpubox, and
 it should cost little more than starting Python. So does a plain `gpubox queue add`, which
-scripts and cron call in loops (gpubox/cli/queue_add_fast.py), and a plain `gpubox daemon`,
+scripts and cron call in loops (gpubox/cli/queue_add_fast.py), a plain `gpubox queue wait`
+(gpubox/cli/queue_wait_fast.py), and a plain `gpubox daemon`,
 which the first client starts when none runs (gpubox/cli/daemon_run.py).
 
 Ctrl-C ends every command with nothing said (the terminal shows ^C), whenever it comes: also
@@ -93,6 +94,12 @@ def _command(args: list[str]) -> int:
         from gpubox.cli.queue_add_fast import run_fast
 
         code = written(lambda: run_fast(args[2:]))  # ids that cannot be written: the jobs are stored
+        if code is not None:
+            return code
+    if args[:2] == ["queue", "wait"]:
+        from gpubox.cli import queue_wait_fast
+
+        code = written(lambda: queue_wait_fast.run_fast(args[2:]))
         if code is not None:
             return code
     from gpubox.cli.app import run

@@ -26,6 +26,7 @@ from gpubox.cli.queue_support import (
     live_reasons,
     open_queue_store,
     queue_paths,
+    wait_jobs_command,
     wake,
 )
 from gpubox.exit_codes import ExitCode, GpuboxError
@@ -296,36 +297,7 @@ def wait(
     as_json: JSON = False,
 ) -> None:
     """Wait for jobs to end; exit with the job's own exit code (the first failed one's, for several)."""
-    from gpubox.format import span
-    from gpubox.queue.client import exit_code_for, wait_jobs, wake_daemon
-    from gpubox.queue.jobs import END_STATES
-    from gpubox.queue.parse import parse_duration
-    from gpubox.queue.records import job_record
-
-    paths = queue_paths()
-    with errors():
-        limit = parse_duration(timeout, zero=True) if timeout is not None else None
-        with open_queue_store(paths) as store:
-            jobs_now = [store.require(job_id) for job_id in ids]  # every id, before anything starts
-            if any(job.state not in END_STATES for job in jobs_now):
-                wake_daemon(paths)  # a job only moves on while a daemon runs
-            jobs = wait_jobs(store, ids, limit, on_poll=keep_daemon(paths))
-    if jobs is None:
-        named = ", ".join(map(str, ids))
-        said = f"job(s) {named} not ended yet (--timeout {timeout})" if limit == 0 else None
-        waited = span(limit) if limit is not None else timeout  # as --timeout takes it: 1s, not a bare 1
-        raise GpuboxError(said or f"timed out after {waited} waiting for job(s) {named}", ExitCode.TIMED_OUT)
-    code = exit_code_for(jobs)
-    index = gpu_index(None, jobs) if as_json else {}  # only the JSON names GPUs
-    lines = [f"job {j.id}: {j.state}" + ("" if j.exit_code is None else f" (exit {j.exit_code})") for j in jobs]
-    emit(
-        "queue wait",
-        {"jobs": [job_record(j, {}, index) for j in jobs], "exit_code": code},
-        as_json,
-        "\n".join(lines),
-        code=code,
-    )
-    raise typer.Exit(code)
+    raise typer.Exit(wait_jobs_command(ids, timeout, as_json))
 
 
 @app.command("retry")

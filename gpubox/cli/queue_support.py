@@ -267,3 +267,38 @@ def joined(values: list[str] | None) -> str | None:
         return None
     blank = [v for v in values if not v.strip()]
     return blank[0] if blank else ",".join(values)
+
+
+def wait_jobs_command(ids: Sequence[int], timeout: str | None, as_json: bool) -> int:
+    """`gpubox queue wait`: block until the jobs end; the exit code (the first failed job's own).
+    Typer's command and the fast path (gpubox/cli/queue_wait_fast.py) both run this."""
+    from gpubox.format import span
+    from gpubox.queue.client import exit_code_for, wait_jobs, wake_daemon
+    from gpubox.queue.jobs import END_STATES
+    from gpubox.queue.parse import parse_duration
+    from gpubox.queue.records import job_record
+
+    paths = queue_paths()
+    with errors():
+        limit = parse_duration(timeout, zero=True) if timeout is not None else None
+        with open_queue_store(paths) as store:
+            jobs_now = [store.require(job_id) for job_id in ids]  # every id, before anything starts
+            if any(job.state not in END_STATES for job in jobs_now):
+                wake_daemon(paths)  # a job only moves on while a daemon runs
+            jobs = wait_jobs(store, ids, limit, on_poll=keep_daemon(paths))
+    if jobs is None:
+        named = ", ".join(map(str, ids))
+        said = f"job(s) {named} not ended yet (--timeout {timeout})" if limit == 0 else None
+        waited = span(limit) if limit is not None else timeout  # as --timeout takes it: 1s, not a bare 1
+        raise GpuboxError(said or f"timed out after {waited} waiting for job(s) {named}", ExitCode.TIMED_OUT)
+    code = exit_code_for(jobs)
+    index = gpu_index(None, jobs) if as_json else {}  # only the JSON names GPUs
+    lines = [f"job {j.id}: {j.state}" + ("" if j.exit_code is None else f" (exit {j.exit_code})") for j in jobs]
+    emit(
+        "queue wait",
+        {"jobs": [job_record(j, {}, index) for j in jobs], "exit_code": code},
+        as_json,
+        "\n".join(lines),
+        code=code,
+    )
+    return code
