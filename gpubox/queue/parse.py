@@ -21,6 +21,9 @@ _ENV_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _ID_RE = re.compile(r"\d+")
 
 
+LONGEST_S = 36500 * 86400.0
+
+
 def parse_duration(text: str, zero: bool = False) -> float:
     """Seconds from "90s", "15m", "2h", "1h30m", "7d" or a bare number of seconds; `zero`: 0 is
     one too (a wait that only looks, a clean of every finished job), never for a time limit."""
@@ -38,6 +41,8 @@ def parse_duration(text: str, zero: bool = False) -> float:
         )
     if not math.isfinite(seconds) or seconds < 0 or (seconds == 0 and not zero):
         raise ValueError(f"invalid duration {text!r}: {expected}")
+    if seconds > LONGEST_S:  # past this a float no longer holds whole seconds, and is shown so
+        raise ValueError(f"invalid duration {text!r}: at most 36500d (100 years)")
     return seconds
 
 

@@ -180,6 +180,12 @@ CASES: list[tuple[str, tuple[str, ...], int, str]] = [
     ("time-limit-bad-unit", ("queue", "add", "--time-limit", "2x", "--", "true"), USAGE, "invalid duration '2x'"),
     ("time-limit-negative", ("queue", "add", "--time-limit", "-5m", "--", "true"), USAGE, "invalid duration '-5m'"),
     ("time-limit-zero", ("queue", "add", "--time-limit", "0", "--", "true"), USAGE, "invalid duration '0'"),
+    (
+        "time-limit-past-a-century",
+        ("queue", "add", "--time-limit", "99999999999999999999999d", "--", "true"),
+        USAGE,
+        "invalid duration '99999999999999999999999d': at most 36500d (100 years)",
+    ),
     ("time-limit-empty", ("queue", "add", "--time-limit", "", "--", "true"), USAGE, "invalid duration ''"),
     ("time-limit-trailing", ("queue", "add", "--time-limit", "1h30", "--", "true"), USAGE, "invalid duration '1h30'"),
     ("retries-negative", ("queue", "add", "--retries", "-1", "--", "true"), USAGE, "invalid retries -1"),
