@@ -195,12 +195,12 @@ def _settings(per_gpu_hour: float | None, per_kwh: float | None, no_color: bool)
 def open_ledger() -> LedgerStore:
     """The ledger, to read; exit 1 (or 3 without NVML) when it has nothing recorded, whether no
     daemon has made it yet or one has and not yet written its first minute."""
-    from gpubox.ledger.store import LedgerError, LedgerStore, ledger_path
+    from gpubox.ledger.store import LedgerError, LedgerStore, ledger_exists, ledger_path
 
     path = ledger_path()
-    if not path.exists():
-        _nothing_recorded()
     try:
+        if not ledger_exists(path):
+            _nothing_recorded()
         store = LedgerStore(path, create=False)
     except LedgerError as exc:
         raise GpuboxError(str(exc), ExitCode.FAILED) from None

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from gpubox.ledger.rollup import HOUR
 from gpubox.ledger.schema import ATTEMPT_COLUMNS
-from gpubox.ledger.store import LedgerStore, ledger_path
+from gpubox.ledger.store import LedgerStore, ledger_exists, ledger_path
 from gpubox.ledger.usage import busy_source_name
 
 _H = 3600.0
@@ -73,7 +73,7 @@ def recorded_job_usage(job_id: int, path: Path | None = None) -> JobUsage | None
     """The job's usage from the ledger under the state directory; None when there is no ledger
     yet. Raises LedgerError when there is one that cannot be read."""
     path = ledger_path() if path is None else path
-    if not path.exists():
+    if not ledger_exists(path):
         return None
     with LedgerStore(path, create=False) as store:
         return job_usage(store, job_id)

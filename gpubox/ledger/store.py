@@ -42,6 +42,15 @@ def ledger_path(paths: Paths | None = None) -> Path:
     return (paths or resolve_paths()).state_dir / "ledger.db"
 
 
+def ledger_exists(path: Path) -> bool:
+    """Whether there is a ledger at `path` yet. Path.exists() says False only for a missing file:
+    a state directory this user may not search (or a name too long) raises, here a LedgerError."""
+    try:
+        return path.exists()
+    except OSError as e:
+        raise LedgerError(f"cannot open the ledger {path}: {e.strerror or e}") from None
+
+
 @dataclass(frozen=True)
 class Pruned:
     """Rows that retention deleted, by table."""

@@ -20,8 +20,11 @@ class QueueUnreadable(Exception):
 
 def read_queue_depth(db: Path) -> dict[tuple[str, str], int] | None:
     """(kind, state) to its number of jobs, for every kind, queued and running; None with no queue."""
-    if not db.exists():
-        return None
+    try:
+        if not db.exists():
+            return None
+    except OSError as exc:  # a state directory this user may not search: no traceback, no failed scrape
+        raise QueueUnreadable(f"the job database {db} cannot be read ({exc.strerror or exc})") from None
     marks = ",".join("?" * len(QUEUE_STATES))
     try:
         with closing(sqlite3.connect(f"{db.absolute().as_uri()}?mode=ro", uri=True, timeout=2.0)) as conn:

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from gpubox.ledger.accounting import Allocation
+from gpubox.ledger.attempt_lookup import recorded_job_usage
 from gpubox.ledger.recorder import Recorder
 from gpubox.ledger.report import build_report
 from gpubox.ledger.schema import FREE_SCHEMA, SCHEMA, SCHEMA_VERSION, WAITS_SCHEMA
@@ -126,3 +127,9 @@ def test_nested_reads_share_the_outermost_transaction(tmp_path: Path) -> None:
     assert reader.rows("SELECT count(*) FROM meta") == [(before[0][0] + 1,)]
     reader.close()
     writer.close()
+
+
+def test_a_job_usage_whose_ledger_cannot_be_looked_for_is_a_ledger_error(tmp_path: Path) -> None:
+    # `queue show` says a LedgerError on stderr and goes on; a bare OSError would be a traceback.
+    with pytest.raises(LedgerError, match=r"cannot open the ledger .*File name too long"):
+        recorded_job_usage(1, tmp_path / ("s" * 300) / "ledger.db")

@@ -91,6 +91,18 @@ def test_a_file_that_is_not_the_queue_database_is_an_error_not_a_crash(tmp_path:
     assert len(collector.errors) == 1 and str(db) in collector.errors[0]
 
 
+def test_a_database_that_cannot_be_looked_for_is_an_error_not_a_failed_scrape(tmp_path: Path) -> None:
+    # A name too long stands for a state directory this user may not search: Path.exists() raises
+    # there, and a scrape that raises is a 500 with none of the GPUs' figures.
+    db = tmp_path / ("s" * 300) / "queue.db"
+    with pytest.raises(QueueUnreadable, match="File name too long"):
+        read_queue_depth(db)
+    collector = BoxCollector(SimulatedBackend(gpus=1, processes=0), queue_db=db)
+    text = exposition_text(collector)
+    assert "gpubox_gpu_busy_ratio" in text and "gpubox_queue_jobs" not in text
+    assert len(collector.errors) == 1 and "cannot be read" in collector.errors[0]
+
+
 def test_the_collector_exports_the_depth(tmp_path: Path) -> None:
     db = tmp_path / "state" / "queue.db"
     build_queue(db)

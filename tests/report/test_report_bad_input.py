@@ -121,3 +121,14 @@ def test_a_damaged_ledger_is_one_line_and_exit_1(box: Box) -> None:
     (box.state_dir / "ledger.db").write_bytes(b"this is not an SQLite database" * 100)
     line = one_line_error(box.report(), 1)
     assert "ledger" in line and "Traceback" not in line
+
+
+def test_a_ledger_that_cannot_be_looked_for_is_one_line_and_exit_1(box: Box, tmp_path: Path) -> None:
+    # A name too long stands for any state directory the system will not look into (another
+    # user's, mode 700): Path.exists() raises rather than say False, and that is no traceback.
+    state = tmp_path / ("s" * 300)
+    for args in ((), ("--json",)):
+        result = box.report(*args, env={"GPUBOX_STATE_DIR": str(state)})
+        line = one_line_error(result, 1)
+        assert line.startswith("gpubox: cannot open the ledger ") and "File name too long" in line, line
+    assert json.loads(result.stdout)["errors"] == [line.removeprefix("gpubox: ")]
