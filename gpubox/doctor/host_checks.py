@@ -5,6 +5,7 @@ environment variables that slow or break CUDA. Pure functions of a HostView and 
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Callable
 from pathlib import Path
 
@@ -97,7 +98,18 @@ def shm_check(view: HostView, gpus: int, t: Thresholds) -> Check:
     )
     status: Status = "ok"
     meaning, fix, impact = "Room in /dev/shm for the batches loader workers pass to the training process.", None, 0.0
-    if total < fail_at:
+    if st.f_flag & os.ST_RDONLY:  # however large, no worker can create its buffers (or its locks) there
+        status, impact, detail, evidence["read_only"] = "fail", 0.9, f"{detail}, read-only", True
+        meaning = (
+            "DataLoader workers hand every batch to the training process through shared memory in /dev/shm, and "
+            "it is read-only: a DataLoader with workers stops at its start (OSError: Read-only file system)."
+        )
+        fix = (
+            f"Mount it writable: `sudo mount -o remount,rw {view.shm}`; in a container, give it a writable one "
+            "(`--ipc=host`; Kubernetes: an emptyDir with `medium: Memory` at /dev/shm). Meanwhile "
+            "DataLoader(num_workers=0) avoids it."
+        )
+    elif total < fail_at:
         status, impact, fix = "fail", 0.9, grow
         meaning = f"{workers} A container's /dev/shm is 64 MiB unless it is given more."
     elif free < fail_at:

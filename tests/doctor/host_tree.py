@@ -16,11 +16,12 @@ from gpubox.doctor.host_view import HostView
 MiB = 1024 * 1024
 
 
-def fake_statvfs(size_bytes: int, free_bytes: int | None = None) -> Callable[[str], os.statvfs_result]:
-    """A statvfs that reports a filesystem of `size_bytes` with `free_bytes` free, whatever the path."""
+def fake_statvfs(size_bytes: int, free_bytes: int | None = None, flag: int = 0) -> Callable[[str], os.statvfs_result]:
+    """A statvfs that reports a filesystem of `size_bytes` with `free_bytes` free (and mount flags
+    `flag`, such as os.ST_RDONLY), whatever the path."""
     block = 4096
     free = size_bytes if free_bytes is None else free_bytes
-    result = os.statvfs_result((block, block, size_bytes // block, free // block, free // block, 0, 0, 0, 0, 255))
+    result = os.statvfs_result((block, block, size_bytes // block, free // block, free // block, 0, 0, 0, flag, 255))
     return lambda _path: result
 
 
@@ -147,14 +148,15 @@ class HostTree:
 
 
 @contextlib.contextmanager
-def tmpfs(where: Path, size_mib: int) -> Iterator[Path]:
-    """A real tmpfs of `size_mib` mounted at `where` for the block, unmounted after; the test is
-    skipped, saying why, where this machine refuses to mount (not root, or no CAP_SYS_ADMIN)."""
+def tmpfs(where: Path, size_mib: int, *options: str) -> Iterator[Path]:
+    """A real tmpfs of `size_mib` (mounted with `options` too, such as "ro") at `where` for the block,
+    unmounted after; the test is skipped, saying why, where this machine refuses to mount (not root, or
+    no CAP_SYS_ADMIN)."""
     where.mkdir(parents=True, exist_ok=True)
     if os.geteuid() != 0 or shutil.which("mount") is None:
         pytest.skip("mounting a tmpfs needs root and mount(8)")
     done = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", f"size={size_mib}m", "tmpfs", str(where)],
+        ["mount", "-t", "tmpfs", "-o", ",".join((f"size={size_mib}m", *options)), "tmpfs", str(where)],
         capture_output=True,
         text=True,
         stdin=subprocess.DEVNULL,

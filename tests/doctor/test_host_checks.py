@@ -389,6 +389,20 @@ def test_shm_on_a_real_64_mib_tmpfs(tree: HostTree, tmp_path: Path) -> None:
     assert check.status == "fail" and check.value == 64 * MiB, check.detail
 
 
+def test_a_read_only_shm_fails_however_large(tree: HostTree) -> None:
+    # Workers cannot create their shared buffers there: torch's DataLoader stops with EROFS at its start.
+    check = shm_check(tree.view(statvfs=fake_statvfs(32 * GiB, flag=os.ST_RDONLY)), 1, T)
+    assert check.status == "fail" and check.impact == 0.9 and check.evidence["read_only"] is True
+    assert check.detail.endswith(", read-only") and "read-only" in check.meaning
+    assert "remount,rw" in (check.fix or "") and "num_workers=0" in (check.fix or "")
+
+
+def test_a_real_read_only_tmpfs_fails(tree: HostTree, tmp_path: Path) -> None:
+    with tmpfs(tmp_path / "shm", 1024, "ro") as shm:
+        check = shm_check(HostView(shm=shm, statvfs=os.statvfs), 1, T)
+    assert check.status == "fail" and "read-only" in check.detail, check.detail
+
+
 # --- all of them -------------------------------------------------------------------------------
 
 
