@@ -123,9 +123,11 @@ def _lost_check(facts: SystemFacts, cuda: str, lost: list[int]) -> Check:
 
 def torch_build_check(facts: SystemFacts, torch: TorchFacts) -> Check:
     check_id, title = "driver.torch_build", "torch's CUDA build"
+    gpus = len(facts.gpus) or (1 if facts.nvidia_devices else 0)
+    if torch.torch_broken and gpus:
+        return _broken_torch_check(facts, torch)
     if torch.torch_error is not None:
         return skipped(check_id, title, "driver", torch.torch_error)
-    gpus = len(facts.gpus) or (1 if facts.nvidia_devices else 0)
     evidence = {
         "torch_version": torch.torch_version,
         "cuda_build": torch.cuda_build,
@@ -185,6 +187,23 @@ def torch_build_check(facts: SystemFacts, torch: TorchFacts) -> Check:
         fix=fix,
         impact=1.0,
         evidence=evidence,
+    )
+
+
+def _broken_torch_check(facts: SystemFacts, torch: TorchFacts) -> Check:
+    """torch is there but its import fails (a missing CUDA library, a half-finished upgrade): every job
+    that imports it stops, so this fails where a torch that is not installed (another interpreter?) skips."""
+    python = shlex.quote(torch.python) if torch.python else "python"
+    return Check(
+        id="driver.torch_build",
+        title="torch's CUDA build",
+        category="driver",
+        status="fail",
+        detail=torch.torch_error or "torch is installed but cannot be imported",
+        meaning="Every job that imports torch in this environment stops before it starts.",
+        fix=f"`{python} -c 'import torch'` shows the whole error; reinstall it: {_install_line(facts, torch)}",
+        impact=1.0,
+        evidence={"python": torch.python, "torch_error": torch.torch_error},
     )
 
 

@@ -41,6 +41,7 @@ class TorchFacts:
     devices: tuple[TorchDevice, ...]
     torch_missing: bool = False
     torch_error: str | None = None
+    torch_broken: bool = False  # installed, but its import raised: unlike a missing one, a fault of the environment
 
     @classmethod
     def unavailable(cls, why: str, python: str | None = None, missing: bool = False) -> TorchFacts:
@@ -80,6 +81,7 @@ def torch_facts_from(data: Mapping[str, Any]) -> TorchFacts:
         devices=tuple(devices),
         torch_missing=data.get("torch_missing") is True,
         torch_error=_text(data.get("torch_error")) or _text(data.get("error")),
+        torch_broken=data.get("torch_missing") is not True and bool(data.get("torch_error")),
     )
 
 

@@ -240,6 +240,26 @@ def test_torch_missing_skips_every_torch_check_with_the_reason() -> None:
     assert [c.gpu for c in torch_checks[2:]] == [0, 1]
 
 
+def test_a_torch_that_cannot_be_imported_on_a_gpu_box_fails_with_a_reinstall() -> None:
+    # As torch_bench.py facts reports a torch whose import raised; the run's sentence names the interpreter.
+    data = {"kind": "facts", "python": "/venv/bin/python", "torch_missing": False, "torch_error": "ImportError: x"}
+    sentence = "torch is installed in /venv/bin/python but cannot be imported: ImportError: x"
+    broken = torch_facts_from_run(ScriptRun("/venv/bin/python", ("torch_bench.py", "facts"), data, sentence, 0, 0.1))
+    checks = library_checks(box(), broken)
+    build = checks[1]
+    assert build.status == "fail" and build.impact == 1.0 and build.detail == sentence
+    assert build.fix is not None and "/venv/bin/python -c 'import torch'" in build.fix
+    assert "/venv/bin/python -m pip install --force-reinstall torch --index-url" in build.fix
+    assert exit_code(checks, False) == ExitCode.CHECK_FAILED
+    assert [c.status for c in checks[2:]] == ["skip", "skip"]  # nothing more to say of a torch that does not load
+    # without a GPU, torch's CUDA build is not in question
+    no_gpu = SystemFacts(None, None, nvml_error="NVML Shared Library Not Found", nvidia_devices=False)
+    assert torch_build_check(no_gpu, broken).status == "skip"
+    # a run that timed out says nothing about the install: still a skip
+    timed_out = torch_facts_from_run(ScriptRun("/x/python", ("torch_bench.py", "facts"), None, "timed out", None, 90))
+    assert torch_build_check(box(), timed_out).status == "skip"
+
+
 def test_no_torch_facts_at_all_is_a_skip() -> None:
     checks = library_checks(box(), None)
     assert [c.status for c in checks] == ["ok", "skip", "skip", "skip"]
