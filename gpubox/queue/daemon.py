@@ -218,7 +218,10 @@ class Daemon:
     def run(self) -> int:
         lock_fd = self._lock()
         store = JobStore(self.db_path, clock=self.clock, durable=False)
-        store.checkpoint_aside()
+        try:
+            store.checkpoint_aside()
+        except RuntimeError as exc:  # no thread to be had (the jobs took the process limit): run on
+            self.log(f"WAL checkpoints stay in the daemon's commits: {exc}")
         held = os.fstat(lock_fd)
         self._lock_file = (held.st_dev, held.st_ino)
         listening: tuple[int, int] | None = None

@@ -289,12 +289,13 @@ class JobStore:
 
     def checkpoint_aside(self) -> None:
         """For the daemon: WAL checkpoints on a thread of their own, not in its commits
-        (gpubox/queue/checkpoints.py)."""
+        (gpubox/queue/checkpoints.py). RuntimeError when no thread can be started (a process
+        limit): SQLite's own checkpoints then stay in the commits."""
         from gpubox.queue.checkpoints import SAFETY_NET_PAGES, Checkpointer
 
         if self._checkpointer is None:
+            self._checkpointer = Checkpointer(self.path)  # first: without it, the commits keep checkpointing
             self._db.execute(f"PRAGMA wal_autocheckpoint = {SAFETY_NET_PAGES}")
-            self._checkpointer = Checkpointer(self.path)
 
     def close(self) -> None:
         if self._checkpointer is not None:

@@ -8,10 +8,16 @@ import struct
 import threading
 from pathlib import Path
 
-from gpubox.queue.checkpoints import EVERY
+import pytest
+
+from gpubox.paths import Paths
+from gpubox.queue import checkpoints
+from gpubox.queue.checkpoints import EVERY, SAFETY_NET_PAGES
+from gpubox.queue.daemon import Daemon
 from gpubox.queue.jobs import JobSpec
+from gpubox.queue.schedule import QueueConfig
 from gpubox.queue.store import JobStore
-from tests.queue.conftest import wait_until
+from tests.queue.conftest import NoGpus, wait_until
 
 SPEC = JobSpec(argv=("true",), cwd="/", env=dict(os.environ), gpus=0, probe=False)
 
@@ -47,3 +53,38 @@ def test_a_store_without_it_leaves_the_log_to_sqlite(tmp_path: Path) -> None:
             store.add(SPEC)
         frames, copied = _log_frames(db)
         assert frames > 0 and copied < frames
+
+
+def _daemon_checkpoints(paths: Paths) -> tuple[int, bool, list[str]]:
+    """What a daemon's store does at its first pass: the log size its commits checkpoint at,
+    whether the thread runs; and the daemon's log."""
+    log: list[str] = []
+    daemon = Daemon(paths, QueueConfig(poll_interval_s=0.2), gpu_source=NoGpus(), log=log.append)
+    seen: list[tuple[int, bool]] = []
+
+    def one_pass(store: JobStore, full: bool = True) -> None:
+        thread = any(t.name == "gpubox-checkpoint" for t in threading.enumerate())
+        seen.append((store._db.execute("PRAGMA wal_autocheckpoint").fetchone()[0], thread))
+        daemon._stop = True
+
+    daemon._pass = one_pass  # type: ignore[method-assign]
+    assert daemon.run() == 0
+    return (*seen[0], log)
+
+
+def test_the_daemon_checkpoints_aside(paths: Paths) -> None:
+    pages, thread, _ = _daemon_checkpoints(paths)
+    assert (pages, thread) == (SAFETY_NET_PAGES, True)
+
+
+def test_a_daemon_without_a_thread_for_them_starts_and_checkpoints_in_its_commits(
+    paths: Paths, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Jobs that took the process limit: a thread is one more process, and the daemon is still needed.
+    def no_thread(path: Path) -> None:
+        raise RuntimeError("can't start new thread")
+
+    monkeypatch.setattr(checkpoints, "Checkpointer", no_thread)
+    pages, thread, log = _daemon_checkpoints(paths)
+    assert (pages, thread) == (1000, False)  # SQLite's own, not only its safety net
+    assert "WAL checkpoints stay in the daemon's commits: can't start new thread" in log

@@ -315,10 +315,15 @@ def run_daemon(
     config = QueueConfig(poll_interval_s=60.0)
     daemon = Daemon(paths, config, gpu_source=NoGpus(), log=log.append, recording=recording)
 
+    def done() -> bool:
+        return all(j.state == "succeeded" for j in store.list()) and stop_when()
+
     def stop_when_done() -> None:
-        wait_until(lambda: all(j.state == "succeeded" for j in store.list()) and stop_when(), HANG, "the jobs to end")
-        daemon._stop = True
-        poke(daemon.socket_path)  # it sees the stop once something wakes it
+        try:
+            wait_until(done, HANG, "the jobs to end")
+        finally:  # also when that never comes: the test then fails on what it saw, not hangs
+            daemon._stop = True
+            poke(daemon.socket_path)  # it sees the stop once something wakes it
 
     watcher = threading.Thread(target=stop_when_done)
     watcher.start()
@@ -355,8 +360,10 @@ def test_the_sampler_starts_a_while_after_the_daemon_even_while_jobs_run(
     go = tmp_path / "go"
     seen: list[str] = []
     states: list[list[str]] = []
+    after: list[float] = []
 
     def recording(daemon: Daemon) -> Sampler:
+        after.append(time.monotonic() - daemon.started_mono)
         with JobStore(daemon.db_path) as store:
             states.append([j.state for j in store.list()])
         go.touch()  # the jobs end only once the sampler has started
@@ -365,6 +372,7 @@ def test_the_sampler_starts_a_while_after_the_daemon_even_while_jobs_run(
     log: list[str] = []
     hold = ("sh", "-c", f"while [ ! -e {go} ]; do sleep 0.02; done")
     store = run_daemon(tmp_path, recording, log, stop_when=lambda: bool(seen), argv=hold)
+    assert len(after) == 1 and after[0] < 10, after  # not at the timed pass, 60 s in
     assert states == [["running", "queued"]]
     assert seen == ["started", "stopped"]
     assert [j.state for j in store.list()] == ["succeeded", "succeeded"]
