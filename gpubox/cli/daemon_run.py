@@ -48,7 +48,7 @@ def run_daemon_plain() -> int:
 
 def _recording(paths: Any, values: Any) -> Any:
     """The ledger's sampler for this daemon: GPU use every ledger.interval seconds. Its modules
-    are imported when the daemon starts it, after its first pass."""
+    are imported when the daemon starts it: once no job waits, or a while after it started."""
 
     def start(daemon: Any) -> Any:
         from gpubox.ledger.sampler import LedgerSampler

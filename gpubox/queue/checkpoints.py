@@ -6,7 +6,9 @@ start waited 3 to 4 ms for it, a tenth of the stream's time lost in stalls. The 
 connection checkpoints only past a far larger log (a safety net), and this thread, with a
 connection of its own, runs a passive checkpoint every `every` commits of the daemon: SQLite
 does the copy without the GIL, beside the daemon, and a passive checkpoint never blocks a
-writer or a reader.
+writer or a reader. The log restarts from its beginning only when a checkpoint has copied all of
+it before the next commit; commits back to back can outrun the thread, and the file then grows
+up to the safety net until a quieter moment, when it is cut back to LOG_KEPT_BYTES.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from contextlib import suppress
 from pathlib import Path
 
 EVERY = 100  # daemon commits between checkpoints: about what SQLite's own 1,000 pages hold
+LOG_KEPT_BYTES = 4 << 20  # the log file's size once it restarts: what SQLite's own checkpoints keep
 SAFETY_NET_PAGES = 10000  # the daemon's own connection checkpoints past this (40 MB at 4 KiB)
 
 

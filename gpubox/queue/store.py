@@ -291,11 +291,14 @@ class JobStore:
         """For the daemon: WAL checkpoints on a thread of their own, not in its commits
         (gpubox/queue/checkpoints.py). RuntimeError when no thread can be started (a process
         limit): SQLite's own checkpoints then stay in the commits."""
-        from gpubox.queue.checkpoints import SAFETY_NET_PAGES, Checkpointer
+        from gpubox.queue.checkpoints import LOG_KEPT_BYTES, SAFETY_NET_PAGES, Checkpointer
 
         if self._checkpointer is None:
             self._checkpointer = Checkpointer(self.path)  # first: without it, the commits keep checkpointing
             self._db.execute(f"PRAGMA wal_autocheckpoint = {SAFETY_NET_PAGES}")
+            # A stream of commits can outrun the thread's checkpoints and grow the log up to the
+            # safety net; the next restart of the log gives the disk back down to this.
+            self._db.execute(f"PRAGMA journal_size_limit = {LOG_KEPT_BYTES}")
 
     def close(self) -> None:
         if self._checkpointer is not None:

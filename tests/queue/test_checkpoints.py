@@ -4,6 +4,7 @@ its commits never copy the log into the database, and the log is still copied so
 from __future__ import annotations
 
 import os
+import sqlite3
 import struct
 import threading
 from pathlib import Path
@@ -88,3 +89,27 @@ def test_a_daemon_without_a_thread_for_them_starts_and_checkpoints_in_its_commit
     pages, thread, log = _daemon_checkpoints(paths)
     assert (pages, thread) == (1000, False)  # SQLite's own, not only its safety net
     assert "WAL checkpoints stay in the daemon's commits: can't start new thread" in log
+
+
+def test_a_log_grown_past_what_sqlite_keeps_is_cut_back_when_it_restarts(tmp_path: Path) -> None:
+    # Commits that outrun the thread (here: a reader holding an old snapshot, which no checkpoint
+    # may pass) grow the log; once it restarts, the file gives the disk back.
+    db = tmp_path / "queue.db"
+    wal = Path(f"{db}-wal")
+    store = JobStore(db, durable=False)
+    reader = sqlite3.connect(db, isolation_level=None)
+    try:
+        store.checkpoint_aside()
+        store.add(SPEC)
+        reader.execute("BEGIN")
+        reader.execute("SELECT count(*) FROM jobs").fetchone()  # its snapshot pins the log
+        while wal.stat().st_size <= 2 * checkpoints.LOG_KEPT_BYTES:
+            store.add(SPEC)
+        reader.execute("COMMIT")
+        reader.execute("PRAGMA wal_checkpoint(PASSIVE)")  # a quiet moment's checkpoint copies it all
+        assert _log_frames(db)[0] == _log_frames(db)[1]
+        store.add(SPEC)  # the log restarts from its beginning
+        assert wal.stat().st_size <= checkpoints.LOG_KEPT_BYTES
+    finally:
+        reader.close()
+        store.close()
