@@ -37,8 +37,15 @@ def test_ctrl_c_while_wait_waits(queue: QueueBox, job: int) -> None:
     assert (code, stderr) == (KILLED_BY_SIGINT, "")
 
 
-@pytest.mark.parametrize("moment", MOMENTS)
-@pytest.mark.parametrize("command", ["logs -f", "wait"])
+# A plain `queue wait` runs without Typer (gpubox/cli/queue_wait_fast.py): its own moments; with
+# `--` before the id it goes through Typer.
+WAIT_MOMENTS = ("gpubox.cli.main", "gpubox.cli.queue_wait_fast", "gpubox.queue.client")
+
+
+@pytest.mark.parametrize(
+    ("command", "moment"),
+    [*(("logs -f", m) for m in MOMENTS), *(("wait", m) for m in WAIT_MOMENTS), ("wait --", MOMENTS[1])],
+)
 def test_ctrl_c_while_logs_or_wait_starts(queue: QueueBox, job: int, command: str, moment: str) -> None:
     code, stderr = interrupted(["queue", *command.split(), str(job)], env=queue.env, after_module=moment)
     assert "Traceback" not in stderr, stderr
