@@ -134,7 +134,7 @@ def parse_when(text: str, now: float, option: str) -> float:
             ) from None
         weeks = _WEEKS.fullmatch(value)
         try:
-            when = now - (float(weeks[1]) * 7 * 86400 if weeks else parse_duration(value))
+            when = now - (float(weeks[1]) * 7 * 86400 if weeks else parse_duration(value, longest=None))
         except (ValueError, OverflowError):
             raise GpuboxError(f"invalid {option} {text!r}: expected {WHEN_FORMS}", ExitCode.USAGE) from None
     else:

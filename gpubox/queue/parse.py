@@ -24,9 +24,10 @@ _ID_RE = re.compile(r"\d+")
 LONGEST_S = 36500 * 86400.0
 
 
-def parse_duration(text: str, zero: bool = False) -> float:
+def parse_duration(text: str, zero: bool = False, longest: float | None = LONGEST_S) -> float:
     """Seconds from "90s", "15m", "2h", "1h30m", "7d" or a bare number of seconds; `zero`: 0 is
-    one too (a wait that only looks, a clean of every finished job), never for a time limit."""
+    one too (a wait that only looks, a clean of every finished job), never for a time limit.
+    `longest`: None for a caller that bounds the result itself (report's dates)."""
     value = text.strip().lower()
     least = "a" if zero else "a positive"
     expected = f"expected {least} duration such as 90s, 15m, 2h, 1h30m, 7d or 45"
@@ -41,7 +42,7 @@ def parse_duration(text: str, zero: bool = False) -> float:
         )
     if not math.isfinite(seconds) or seconds < 0 or (seconds == 0 and not zero):
         raise ValueError(f"invalid duration {text!r}: {expected}")
-    if seconds > LONGEST_S:  # past this a float no longer holds whole seconds, and is shown so
+    if longest is not None and seconds > longest:  # past this a float no longer holds whole seconds
         raise ValueError(f"invalid duration {text!r}: at most 36500d (100 years)")
     return seconds
 
