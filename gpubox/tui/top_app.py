@@ -119,7 +119,7 @@ class TopApp(App[int]):
     # keys
 
     async def on_event(self, event: events.Event) -> None:
-        if isinstance(event, events.Key) and not event.is_forwarded:
+        if isinstance(event, events.Key) and not event.is_forwarded and self.screen_stack:
             # Textual sends it to this screen's focused widget
             self._read_under[event] = (self.screen, self.focused)
         await super().on_event(event)
@@ -129,6 +129,8 @@ class TopApp(App[int]):
         with one that closed a screen (Esc, n, t) were sent to that screen, and came back to the
         main one as bare keys: "/" was lost, and "/user:kate" sorted on s, opened the kill dialog
         on k and sent SIGTERM on its t. Such a key is handled as if read now, in the order typed."""
+        if not self.screen_stack:
+            return  # the app is closing: a key read as it closed has nowhere to go
         screen, focused = self._read_under.pop(event, (self.screen, self.focused))
         if screen is not self.screen:
             self.post_message(events.Key(event.key, event.character))

@@ -6,6 +6,7 @@ import dataclasses
 import signal
 
 import pytest
+from textual import events
 from textual.widgets import Input
 
 from gpubox.telemetry.model import BoxSnapshot, ProcessSnapshot
@@ -113,6 +114,16 @@ async def test_tab_chooses_in_the_kill_dialog(tabs: list[str], sent: list[int]) 
         await pilot.pause(0.2)  # a signal not chosen would be on its way
         assert not isinstance(app.screen, KillDialog)
         assert backend.signals == [(target.pid, sig) for sig in sent]
+
+
+async def test_a_key_read_as_the_view_closes_is_dropped() -> None:
+    # Keys still on their way when the last screen is gone (q, then more typed) had no screen to
+    # be checked against: ScreenStackError, a traceback as gpubox top quit.
+    app = TopApp(sim(2, 6), interval=0.05)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot, app, 2)
+    assert not app.screen_stack
+    await app._on_key(events.Key("s", "s"))  # where a key sent back up from the closing screen lands
 
 
 @pytest.mark.parametrize(("opened_by", "closed_by"), [("d", "escape"), ("question_mark", "escape"), ("k", "n")])
