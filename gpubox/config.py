@@ -6,7 +6,6 @@ from __future__ import annotations
 import errno
 import os
 import stat
-import tomllib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -192,6 +191,8 @@ def _read_toml(path: Path) -> dict[str, Any]:
     if not stat.S_ISREG(st.st_mode):  # a directory, a FIFO or /dev/zero would fail or hang
         what = " (a directory)" if stat.S_ISDIR(st.st_mode) else ""
         raise GpuboxError(f"config file {path}: not a regular file{what}", ExitCode.USAGE)
+    import tomllib  # here: most runs find no config file, and the first job of a cold queue waits for this import
+
     try:
         with path.open("rb") as fh:
             data = fh.read(MAX_CONFIG_BYTES + 1)

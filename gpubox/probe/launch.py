@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import errno
 import os
-import shutil
 import signal
 from collections.abc import Mapping
 from contextlib import suppress
@@ -78,6 +77,8 @@ def _exec(argv: list[str], child_env: dict[str, str]) -> NoReturn:
         raise LaunchError(f"{argv[0]}: permission denied", NOT_EXECUTABLE) from None
     except OSError as exc:
         if exc.errno == errno.ENOEXEC:  # an executable script without #!: a shell runs it with sh
+            import shutil  # here: the queue's spawner imports this module, and shutil is slow to import
+
             path = shutil.which(argv[0], path=child_env.get("PATH")) or argv[0]
             with suppress(OSError):
                 os.execve("/bin/sh", ["/bin/sh", path, *argv[1:]], child_env)

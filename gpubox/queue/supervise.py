@@ -28,7 +28,6 @@ import errno
 import json
 import os
 import select
-import shutil
 import signal
 import stat
 import time
@@ -505,7 +504,12 @@ def _spawn(ready: _Ready) -> int | Outcome:
         (os.POSIX_SPAWN_DUP2, err.write_end, 2),
     ]
     for attempt_argv in (argv, None):
-        run = attempt_argv or ["/bin/sh", shutil.which(argv[0], path=env.get("PATH")) or argv[0], *argv[1:]]
+        if attempt_argv is None:
+            import shutil  # only for a script without #!: shutil brings zlib, bz2 and lzma to every spawner
+
+            run = ["/bin/sh", shutil.which(argv[0], path=env.get("PATH")) or argv[0], *argv[1:]]
+        else:
+            run = attempt_argv
         try:
             # posix_spawn: the C library's vfork and exec, no copy of this process's memory.
             pid = os.posix_spawnp(run[0], run, env, file_actions=actions, setpgroup=0, setsigdef=_RESET, setsigmask=())
