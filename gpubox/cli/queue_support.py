@@ -206,7 +206,7 @@ def _store_jobs(command: Sequence[str] | None, opts: AddOptions, file: Path | No
     """The jobs of `queue add`, stored; the paths; whether a daemon was started for them."""
     from gpubox.queue.client import start_daemon_early
     from gpubox.queue.jobs import KINDS, check_spec
-    from gpubox.queue.submit import GpuLookup, build_spec, check_options, job_file_text, parse_job_file
+    from gpubox.queue.submit import GpuLookup, SpecBuilder, build_spec, check_options, job_file_text, parse_job_file
 
     try:
         base_cwd = os.getcwd()
@@ -230,10 +230,11 @@ def _store_jobs(command: Sequence[str] | None, opts: AddOptions, file: Path | No
                     why = "standard input is closed"
                 raise ValueError(f"cannot read {file}: {why}") from None
             entries = parse_job_file(job_file_text(data, str(file)), str(file), opts)
+            build = SpecBuilder(base_env, base_cwd, lookup)
             specs = []
             for number, argv, line_opts in entries:
                 try:
-                    spec = build_spec(argv, line_opts, base_env, base_cwd, lookup)
+                    spec = build(argv, line_opts)
                     check_spec(spec, KINDS)  # (add_many checks again) valid before a daemon starts for it
                 except ValueError as exc:
                     raise ValueError(f"{file}:{number}: {exc}") from None
