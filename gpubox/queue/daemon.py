@@ -594,11 +594,12 @@ class Daemon:
         with store.transaction():
             if store.data_version() != guess.version:
                 return False  # someone changed the queue since the guess
-            asked = self._stop_asked(store, job.id)
-            ended = store.finish(
+            # The stop asked of it comes from the same read as the end (see _stop_asked).
+            ended = store.end_attempt(
                 job.id, job.attempt, outcome.exit_code, outcome.outcome, outcome.reason, ended_at=outcome.ended_at
             )
-            if ended is not None and ended.state in END_STATES:  # not back in the queue
+            asked = ended is not None and ended[1] is not None
+            if ended is not None and ended[0] in END_STATES:  # not back in the queue
                 # No `expect`: nobody else committed since the job was read, so its spec is the one read.
                 prefix = attempt_prefix(self.logs_dir, nxt.id, nxt.attempt + 1)
                 started = store.mark_started(nxt.id, spare.pid, (), self.boot, str(prefix), pid_start=spare.pid_start)

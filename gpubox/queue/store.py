@@ -481,6 +481,22 @@ class JobStore:
         attempt did. Anything else ends the job in the state named. `ended_at` is when the
         attempt ended, where that is known (a daemon may record it later).
         """
+        if self.end_attempt(job_id, attempt, exit_code, outcome, reason, ended_at) is None:
+            return None
+        return self.get(job_id)
+
+    def end_attempt(
+        self,
+        job_id: int,
+        attempt: int,
+        exit_code: int | None,
+        outcome: str,
+        reason: str | None = None,
+        ended_at: float | None = None,
+    ) -> tuple[str, str | None] | None:
+        """`finish` without reading the job back, for the daemon's way from one job to the next:
+        the job's state now, and the stop that was asked of it ("cancel", "preempt" or None);
+        None when that attempt is not the one running."""
         if outcome not in OUTCOMES:
             raise ValueError(f"{outcome!r} is not how an attempt ends (expected one of: {', '.join(OUTCOMES)})")
         now = self._clock() if ended_at is None else ended_at
@@ -491,7 +507,8 @@ class JobStore:
             ).fetchone()
             if row is None or row["state"] != "running" or row["attempt"] != attempt:
                 return None
-            if row["request"] == "cancel" and outcome != "cancelled":
+            asked = row["request"]
+            if asked == "cancel" and outcome != "cancelled":
                 outcome, reason = "cancelled", f"cancelled on request ({reason or f'exit code {exit_code}'})"
             db.execute(
                 "UPDATE attempts SET ended_at = ?, exit_code = ?, outcome = ?, reason = ?"
@@ -502,16 +519,17 @@ class JobStore:
             if outcome == "preempted":
                 again = f"attempt {attempt} was preempted ({reason or 'stopped'}); back in the queue"
                 self._back_to_queue(db, job_id, row["failures"], again)
-            elif outcome == "failed" and row["failures"] < retries:
+                return "queued", asked
+            if outcome == "failed" and row["failures"] < retries:
                 used = row["failures"] + 1
                 again = f"attempt {attempt} failed ({reason or f'exit code {exit_code}'}); retry {used} of {retries}"
                 self._back_to_queue(db, job_id, used, again)
-            else:
-                db.execute(
-                    "UPDATE jobs SET state = ?, ended_at = ?, exit_code = ?, reason = ?, request = NULL WHERE id = ?",
-                    (outcome, now, exit_code, reason, job_id),
-                )
-        return self.get(job_id)
+                return "queued", asked
+            db.execute(
+                "UPDATE jobs SET state = ?, ended_at = ?, exit_code = ?, reason = ?, request = NULL WHERE id = ?",
+                (outcome, now, exit_code, reason, job_id),
+            )
+        return outcome, asked
 
     def _back_to_queue(self, db: sqlite3.Connection, job_id: int, failures: int, reason: str | None) -> None:
         db.execute(

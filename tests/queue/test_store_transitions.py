@@ -395,3 +395,28 @@ def test_an_end_and_the_next_start_commit_together_or_not_at_all(store: JobStore
         assert rows(store) == before  # another connection sees nothing until the commit
     assert store.writes == writes + 1  # one commit for both
     assert (get(store, first.id).state, get(store, second.id).state) == ("succeeded", "running")
+
+
+def test_ending_an_attempt_without_reading_back_says_the_state_and_the_stop_asked(store: JobStore) -> None:
+    """The daemon's way from one job to the next ends an attempt without reading the job back:
+    what it is told must be what `finish` would have read, and the stop asked of the job."""
+    retried = store.add(JobSpec(argv=("x",), retries=1))
+    start(store, retried.id)
+    assert store.end_attempt(retried.id, 1, 1, "failed") == ("queued", None)  # a retry is left
+    assert get(store, retried.id).state == "queued"
+    start(store, retried.id)
+    assert store.end_attempt(retried.id, 2, 1, "failed") == ("failed", None)
+    assert get(store, retried.id).state == "failed"
+    assert store.end_attempt(retried.id, 2, 0, "succeeded") is None  # ended once
+
+    cancelled = store.add(JobSpec(argv=("x",)))
+    start(store, cancelled.id)
+    store.request_stop(cancelled.id, "cancel")
+    assert store.end_attempt(cancelled.id, 1, 0, "succeeded") == ("cancelled", "cancel")
+    assert get(store, cancelled.id).state == "cancelled"
+
+    preempted = store.add(JobSpec(argv=("x",)))
+    start(store, preempted.id)
+    store.request_stop(preempted.id, "preempt")
+    assert store.end_attempt(preempted.id, 1, None, "preempted") == ("queued", "preempt")
+    assert get(store, preempted.id).state == "queued"
