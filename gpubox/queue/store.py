@@ -443,11 +443,10 @@ class JobStore:
             )
             if cur.rowcount != 1:
                 return False
-            attempt = db.execute("SELECT attempt FROM jobs WHERE id = ?", (job_id,)).fetchone()[0]
-            db.execute(
-                "INSERT INTO attempts (job_id, number, started_at, gpu_uuids, pid, boot_id,"
-                " log_path) VALUES (?, ?, ?, ?, ?, ?, ?)",
-                (job_id, attempt, now, uuids, pid, boot_id, log_path),
+            db.execute(  # the attempt's number as the update above made it, in the same statement
+                "INSERT INTO attempts (job_id, number, started_at, gpu_uuids, pid, boot_id, log_path)"
+                " SELECT id, attempt, ?, ?, ?, ?, ? FROM jobs WHERE id = ?",
+                (now, uuids, pid, boot_id, log_path, job_id),
             )
         return True
 
