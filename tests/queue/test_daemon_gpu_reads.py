@@ -52,6 +52,40 @@ def test_cpu_only_jobs_start_without_reading_the_gpus_and_others_read_them(paths
     assert reads[1] >= 1
 
 
+def test_a_long_line_of_cpu_only_jobs_read_whole_once_needs_no_gpu_reading(paths: Paths) -> None:
+    """More CPU-only jobs than a pass between timed ones reads (its window), all there when the
+    daemon starts: its first pass reads them all and finds no GPU wanted, and while nobody else
+    commits, no later pass reads the GPUs for them (a cold queue's second job waited 16 ms for
+    NVML). A job another client adds may want one: then they are read again."""
+    paths.state_dir.mkdir(parents=True)
+    with JobStore(db_path(paths)) as store:
+        ids = [j.id for j in store.add_many([spec("true") for _ in range(3 * WINDOW)])]
+    source = CountedGpus()
+    reads: list[int] = []
+    passes: list[bool] = []
+
+    def scenario(daemon: Daemon, store: JobStore) -> None:
+        original = daemon._pass
+
+        def counted(store_: JobStore, full: bool = True) -> None:
+            passes.append(full)
+            original(store_, full)
+
+        daemon._pass = counted  # type: ignore[method-assign]
+        wait_done(store, ids)
+        assert [store.require(i).state for i in ids] == ["succeeded"] * len(ids)
+        reads.append(source.reads)
+        auto = store.add_many([dataclasses.replace(spec("true"), gpus=None)])[0].id
+        poke(socket_path(paths))
+        wait_done(store, [auto])
+        reads.append(source.reads)
+
+    run_daemon(paths, scenario, gpu_source=source)
+    assert False in passes, "no pass read only a window: the test shows nothing"
+    assert reads[0] == 0, f"the GPUs were read {reads[0]} times for CPU-only jobs"
+    assert reads[1] >= 1
+
+
 class OneGpu(CountedGpus):
     def read(self) -> list[object]:
         self.reads += 1
