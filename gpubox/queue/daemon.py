@@ -29,7 +29,7 @@ import socket
 import sys
 import time
 from collections.abc import Callable, Mapping
-from contextlib import suppress
+from contextlib import ExitStack, suppress
 from typing import Any
 
 from gpubox import __version__
@@ -219,21 +219,34 @@ class Daemon:
         return sock
 
     def run(self) -> int:
-        lock_fd = self._lock()
-        store = JobStore(self.db_path, clock=self.clock, durable=False)
-        try:
-            store.checkpoint_aside()
-        except RuntimeError as exc:  # no thread to be had (the jobs took the process limit): run on
-            self.log(f"WAL checkpoints stay in the daemon's commits: {exc}")
-        held = os.fstat(lock_fd)
-        self._lock_file = (held.st_dev, held.st_ino)
+        # What is taken before the loop is given back in reverse order however far it got: a
+        # database that fails to open, or no descriptor left for a pipe, leaves no lock held, no
+        # checkpoint thread and no open file behind (in a process that runs a daemon and goes on).
+        with ExitStack() as held:
+            lock_fd = self._lock()
+            held.callback(os.close, lock_fd)
+            held.callback(self.gpus_source.close)
+            store = JobStore(self.db_path, clock=self.clock, durable=False)
+            held.callback(store.close)
+            try:
+                store.checkpoint_aside()
+            except RuntimeError as exc:  # no thread to be had (the jobs took the process limit): run on
+                self.log(f"WAL checkpoints stay in the daemon's commits: {exc}")
+            lock_stat = os.fstat(lock_fd)
+            self._lock_file = (lock_stat.st_dev, lock_stat.st_ino)
+            wake_r, wake_w = _pipe(held)
+            # Supervisors write "<job> <attempt>" here once the exit record is on disk.
+            done_r, self._done_w = _pipe(held)
+            sel = held.enter_context(selectors.DefaultSelector())
+            self._run_loop(store, sel, wake_r, wake_w, done_r)
+        self.log("stopped; running jobs go on under their supervisors")
+        return 0 if self._gone is None else int(ExitCode.FAILED)
+
+    def _run_loop(self, store: JobStore, sel: selectors.BaseSelector, wake_r: int, wake_w: int, done_r: int) -> None:
+        """Listen and run the loop; on the way out, send the supervisors off and stop listening."""
         listening: tuple[int, int] | None = None
-        wake_r, wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
-        # Supervisors write "<job> <attempt>" here once the exit record is on disk.
-        done_r, self._done_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
         listener: socket.socket | None = None
         old_handlers: dict[signal.Signals, Any] = {}
-        sel = selectors.DefaultSelector()
         self.pool = SparePool(self._done_w, sel, SPARES)
         try:
             # The spawner (a Python of its own) starts while this one gets ready: the first job
@@ -260,7 +273,6 @@ class Daemon:
                 supervise.discard(spare)  # each leaves its job's exit record for the next daemon
             self._supervising.clear()
             self.pool.close()
-            sel.close()
             signal.set_wakeup_fd(-1)
             for sig, handler in old_handlers.items():
                 signal.signal(sig, handler)
@@ -271,13 +283,6 @@ class Daemon:
                 with suppress(OSError):
                     if listening is not None and file_identity(self.socket_path) == listening:
                         os.unlink(self.socket_path)
-            for fd in (wake_r, wake_w, done_r, self._done_w):
-                os.close(fd)
-            store.close()
-            self.gpus_source.close()
-            os.close(lock_fd)
-        self.log("stopped; running jobs go on under their supervisors")
-        return 0 if self._gone is None else int(ExitCode.FAILED)
 
     def _on_signal(self, signum: int, _frame: object) -> None:
         if signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
@@ -964,6 +969,14 @@ def _keeps(outcome: supervise.Outcome, asked: bool) -> bool:
     """Whether a supervisor may run another job after this one: not when anyone asked to stop its
     job, nor when a signal stopped it (someone's `kill`): another may be on its way to it."""
     return not asked and outcome.ran and outcome.outcome not in ("cancelled", "preempted")
+
+
+def _pipe(held: ExitStack) -> tuple[int, int]:
+    """A non-blocking pipe whose ends `held` closes."""
+    r, w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+    held.callback(os.close, r)
+    held.callback(os.close, w)
+    return r, w
 
 
 def _say(line: str) -> None:

@@ -175,3 +175,30 @@ def test_a_daemon_whose_log_cannot_be_written_goes_on(paths: Paths, monkeypatch:
     monkeypatch.setattr(sys, "stderr", FullDisk())
     assert daemon.run() == 0
     assert not failures
+
+
+@pytest.mark.parametrize("failing", ["database", "pipe"])
+def test_a_daemon_that_cannot_start_gives_back_what_it_took(
+    paths: Paths, monkeypatch: pytest.MonkeyPatch, failing: str
+) -> None:
+    """A daemon run inside a longer process (a test, a benchmark) that fails on its way up, on a
+    damaged database or with no descriptor left for a pipe, leaves no lock held, no checkpoint
+    thread and no file open: another daemon can start there at once."""
+    from gpubox.queue.layout import lock_holder
+
+    paths.state_dir.mkdir(parents=True)
+    if failing == "database":
+        (paths.state_dir / "queue.db").write_bytes(b"not a database" * 600)
+    else:
+
+        def no_pipe(flags: int) -> tuple[int, int]:
+            raise OSError(errno.EMFILE, os.strerror(errno.EMFILE))
+
+        monkeypatch.setattr(os, "pipe2", no_pipe)
+    fds = set(os.listdir("/proc/self/fd"))
+    with pytest.raises((StoreError, OSError)):
+        Daemon(paths, QueueConfig(), gpu_source=NoGpus(), log=lambda line: None).run()
+    monkeypatch.undo()
+    assert lock_holder(paths) is None
+    assert not [t for t in threading.enumerate() if t.name == "gpubox-checkpoint"]
+    assert set(os.listdir("/proc/self/fd")) <= fds | {str(n) for n in range(3)}
