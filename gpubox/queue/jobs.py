@@ -93,7 +93,10 @@ def _env_json(env: dict[str, str]) -> str:
     if _ENV_JSON and _ENV_JSON[0][0] == env:
         return _ENV_JSON[0][1]
     text = json.dumps(env, sort_keys=True)
-    _ENV_JSON[:] = [(dict(env), text)]
+    # Kept only when all is text: a text equals only a text, so no other dict equal to this one
+    # (1 == True == 1.0) can encode differently.
+    if all(type(k) is str and type(v) is str for k, v in env.items()):
+        _ENV_JSON[:] = [(dict(env), text)]
     return text
 
 

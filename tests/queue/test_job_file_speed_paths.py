@@ -146,3 +146,7 @@ def test_a_spec_is_stored_as_plain_sorted_json() -> None:
         assert text == _plain_json(spec)
         assert spec_from_json(text) == spec
         shared[f"K{rng.randrange(3)}"] = word()  # the same dict, changed in place
+    # Values that are not text (a job stored long ago) and equal without being the same: 1 == True.
+    for values in ({"A": 1}, {"A": True}, {"A": 1.0}, {"A": 1}, {"gpu_ids": "x"}):
+        spec = JobSpec(argv=("t",), env=values, tags={"a": "1", "gpu_ids": "2"})  # type: ignore[arg-type]
+        assert spec_to_json(spec) == _plain_json(spec)
