@@ -139,6 +139,8 @@ class Daemon:
         self.pool: SparePool | None = None  # supervisors forked ahead, made when the loop starts
         # (job id, attempt): the supervisor running it, which waits for "recorded" at its end
         self._supervising: dict[tuple[int, int], supervise.Spare] = {}
+        # Those of them that run without GPUs: their ends may take the fast way (without a read).
+        self._cpu_attempts: set[tuple[int, int]] = set()
         self._done_w = -1
         self.reasons: dict[int, str] = {}
         self.last_gpus: list[GpuInfo] = []
@@ -272,6 +274,7 @@ class Daemon:
             for spare in self._supervising.values():
                 supervise.discard(spare)  # each leaves its job's exit record for the next daemon
             self._supervising.clear()
+            self._cpu_attempts.clear()
             self.pool.close()
             signal.set_wakeup_fd(-1)
             for sig, handler in old_handlers.items():
@@ -503,6 +506,7 @@ class Daemon:
                 continue
             else:
                 supervise.discard(self._supervising.pop((job.id, job.attempt), supervise.GONE))
+                self._cpu_attempts.discard((job.id, job.attempt))
                 found = self._exit_record(job)
                 if found is not None and not found.ran and job.request is None:
                     # Stopped before the job ran, by nobody's request (as _record_outcome sees it
@@ -525,14 +529,28 @@ class Daemon:
             return
         job_id, attempt, outcome = done
         spare = self._supervising.pop((job_id, attempt), supervise.GONE)
+        cpu_only = (job_id, attempt) in self._cpu_attempts
+        self._cpu_attempts.discard((job_id, attempt))
         try:
-            self._record_outcome(store, job_id, attempt, outcome, spare)
+            # A CPU-only job that ran and ended of itself, while the next start is armed: its end
+            # and that start in one transaction, which reads what it needs (the job's state and
+            # attempt are checked there), before anything else. Otherwise the job is read first.
+            fast = cpu_only and outcome.ran and outcome.outcome in ("succeeded", "failed")
+            if fast and self._finish_and_start_next(store, job_id, attempt, outcome, spare):
+                return
+            self._record_outcome(store, job_id, attempt, outcome, spare, try_fast=not fast)
         except BaseException:
             supervise.discard(spare)  # not recorded: it leaves its exit record, read by a later pass
             raise
 
     def _record_outcome(
-        self, store: JobStore, job_id: int, attempt: int, outcome: supervise.Outcome, spare: supervise.Spare
+        self,
+        store: JobStore,
+        job_id: int,
+        attempt: int,
+        outcome: supervise.Outcome,
+        spare: supervise.Spare,
+        try_fast: bool = True,
     ) -> None:
         job = store.get(job_id)
         if job is None or job.state != "running" or job.attempt != attempt:
@@ -547,7 +565,8 @@ class Daemon:
             return
         if outcome.outcome == "cancelled" and job.request == "cancel":
             outcome = dataclasses.replace(outcome, reason="cancelled on request")
-        if not self._finish_and_start_next(store, job, outcome, spare):
+        fast = try_fast and not job.gpu_uuids
+        if not (fast and self._finish_and_start_next(store, job.id, job.attempt, outcome, spare)):
             with store.transaction():
                 asked = self._stop_asked(store, job.id)
                 ended = store.finish(
@@ -564,9 +583,10 @@ class Daemon:
         its way has its request read here (or comes after the end, to a job that ended)."""
         return store.stop_request(job_id) is not None
 
-    def _release(self, spare: supervise.Spare, reuse: bool) -> None:
-        """Tell a supervisor its job's end is recorded; keep it for another job when `reuse`."""
-        if not supervise.recorded(spare):
+    def _release(self, spare: supervise.Spare, reuse: bool, later: bool = False) -> None:
+        """Tell a supervisor its job's end is recorded (`later`: see supervise.recorded); keep it
+        for another job when `reuse`."""
+        if not supervise.recorded(spare, later=later):
             return  # gone, or sent away already
         if reuse and self.pool is not None:
             self.pool.give_back(spare)
@@ -583,18 +603,22 @@ class Daemon:
         return True
 
     def _ended(self, job: Job, outcome: supervise.Outcome) -> None:
+        self._ended_id(job.id, outcome)
+
+    def _ended_id(self, job_id: int, outcome: supervise.Outcome) -> None:
         self._dirty = True
         if outcome.outcome != "succeeded":
-            self.log(f"job {job.id}: {outcome.outcome}" + (f" ({outcome.reason})" if outcome.reason else ""))
+            self.log(f"job {job_id}: {outcome.outcome}" + (f" ({outcome.reason})" if outcome.reason else ""))
 
     def _finish_and_start_next(
-        self, store: JobStore, job: Job, outcome: supervise.Outcome, supervisor: supervise.Spare
+        self, store: JobStore, job_id: int, attempt: int, outcome: supervise.Outcome, supervisor: supervise.Spare
     ) -> bool:
-        """The fast way from one CPU-only job to the next: record the end and the start of the
-        job armed for it in one transaction, then say go. False (nothing done) when the guess
-        no longer holds; the pass decides then. `supervisor`: the one whose job ended."""
+        """The fast way from a CPU-only job (the caller knows it is one) to the next: record its
+        end and the start of the job armed for it in one transaction, then say go. False (nothing
+        done) when the guess no longer holds; the pass decides then. `supervisor`: the one whose
+        job ended."""
         armed = self._armed
-        if armed is None or job.gpu_uuids or job.id in armed.guess.not_after or store.writes != armed.guess.writes:
+        if armed is None or job_id in armed.guess.not_after or store.writes != armed.guess.writes:
             return False
         guess, spare = armed.guess, armed.spare
         nxt = guess.job
@@ -604,7 +628,7 @@ class Daemon:
                 return False  # someone changed the queue since the guess
             # The stop asked of it comes from the same read as the end (see _stop_asked).
             ended = store.end_attempt(
-                job.id, job.attempt, outcome.exit_code, outcome.outcome, outcome.reason, ended_at=outcome.ended_at
+                job_id, attempt, outcome.exit_code, outcome.outcome, outcome.reason, ended_at=outcome.ended_at
             )
             asked = ended is not None and ended[1] is not None
             if ended is not None and ended[0] in END_STATES:  # not back in the queue
@@ -614,19 +638,30 @@ class Daemon:
         reuse = ended is not None and _keeps(outcome, asked)
         if not started:
             if ended is not None:
-                self._ended(job, outcome)  # the pass decides what starts
+                self._ended_id(job_id, outcome)  # the pass decides what starts
             self._release(supervisor, reuse)
             return True
         # Nothing that can raise (a log line to a closed stderr) between the committed start and
         # "go": a start without its go would end the job `lost` without running it.
         self._armed = None
-        went = self._go(store, nxt, spare)
-        self._release(supervisor, reuse)  # before arming: it may prepare the job after
+        went = self._go(store, nxt, spare, cpu_only=True)
+        # Before arming: it may be the one to prepare the job after, and then hears of its end
+        # and gets that launch in one write.
+        self._release(supervisor, reuse, later=True)
+        try:
+            self._after_fast_start(store, job_id, outcome, guess, went)
+        finally:
+            supervise.flush(supervisor)  # told of its end now, if not with a launch
+        return True
+
+    def _after_fast_start(
+        self, store: JobStore, job_id: int, outcome: supervise.Outcome, guess: _Guess, went: bool
+    ) -> None:
         if outcome.outcome != "succeeded":
-            self.log(f"job {job.id}: {outcome.outcome}" + (f" ({outcome.reason})" if outcome.reason else ""))
+            self.log(f"job {job_id}: {outcome.outcome}" + (f" ({outcome.reason})" if outcome.reason else ""))
         if not went:  # back in the queue, ahead of the rest of the guess: the pass decides
             self._guess = None
-            return True
+            return
         rest = guess.jobs[1:]
         # What this transaction changed (one CPU-only job ended, the first guessed started) leaves
         # the rest of the line as it was: the guess goes on.
@@ -638,9 +673,8 @@ class Daemon:
             # A pass brings the reasons jobs wait for (and the ledger's view) up to date; in a
             # stream of short jobs, one a while, not one a job.
             self._refresh_at = time.monotonic() + REFRESH_S
-        return True
 
-    def _go(self, store: JobStore, job: Job, spare: supervise.Spare) -> bool:
+    def _go(self, store: JobStore, job: Job, spare: supervise.Spare, cpu_only: bool) -> bool:
         """Let a spare run the job it prepared, whose start is committed; False when the spare
         is gone (the start is undone)."""
         try:
@@ -650,6 +684,8 @@ class Daemon:
             self._dirty = True
             return False
         self._supervising[job.id, job.attempt + 1] = spare
+        if cpu_only:
+            self._cpu_attempts.add((job.id, job.attempt + 1))
         self.reasons.pop(job.id, None)
         return True
 
@@ -908,7 +944,7 @@ class Daemon:
                     supervise.discard(armed.spare)  # not recorded: it runs nothing, and exits
                     raise
                 if started:
-                    self._go(store, job, armed.spare)  # the spare armed for this very job
+                    self._go(store, job, armed.spare, cpu_only=True)  # the spare armed for this very job
                     return
                 supervise.discard(armed.spare)  # the job changed under us (cancelled, edited)
                 self._dirty = True
@@ -944,7 +980,7 @@ class Daemon:
                 supervise.discard(spare)  # the job changed under us (cancelled, edited); it runs nothing
                 self._dirty = True
                 return
-            if self._go(store, job, spare):
+            if self._go(store, job, spare, cpu_only=not gpu_uuids):
                 return
 
     def _preempt(self, store: JobStore, job_id: int, for_job: int) -> None:

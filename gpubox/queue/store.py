@@ -501,9 +501,9 @@ class JobStore:
         now = self._clock() if ended_at is None else ended_at
         reason = _printable(reason)
         with self._write() as db:
-            row = db.execute(
-                "SELECT state, attempt, failures, spec, request FROM jobs WHERE id = ?", (job_id,)
-            ).fetchone()
+            # The spec (the largest column) only where its retries matter.
+            columns = "state, attempt, failures, request" + (", spec" if outcome == "failed" else "")
+            row = db.execute(f"SELECT {columns} FROM jobs WHERE id = ?", (job_id,)).fetchone()
             if row is None or row["state"] != "running" or row["attempt"] != attempt:
                 return None
             asked = row["request"]
@@ -514,12 +514,12 @@ class JobStore:
                 " WHERE job_id = ? AND number = ?",
                 (now, exit_code, outcome, reason, job_id, attempt),
             )
-            retries = spec_from_json(row["spec"]).retries
             if outcome == "preempted":
                 again = f"attempt {attempt} was preempted ({reason or 'stopped'}); back in the queue"
                 self._back_to_queue(db, job_id, row["failures"], again)
                 return "queued", asked
-            if outcome == "failed" and row["failures"] < retries:
+            retries = spec_from_json(row["spec"]).retries if outcome == "failed" else 0
+            if row["failures"] < retries:
                 used = row["failures"] + 1
                 again = f"attempt {attempt} failed ({reason or f'exit code {exit_code}'}); retry {used} of {retries}"
                 self._back_to_queue(db, job_id, used, again)

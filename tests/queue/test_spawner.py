@@ -452,3 +452,55 @@ def test_a_state_folder_removed_on_purpose_is_not_made_again(tmp_path: Path) -> 
     state.mkdir()  # only the logs folder is gone: made again, and the record left
     supervise._leave_exit_record(launch, supervise.Outcome(0, "succeeded", None))
     assert supervise.read_exit(state / "logs" / "7.1.exit", 1) is not None
+
+
+def test_a_supervisor_told_later_hears_of_its_end_with_its_next_launch_in_one_write(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`recorded(later=True)` sends nothing then: the word goes first with the next launch, so the
+    supervisor wakes once for both, and it never leaves an exit record for an end recorded."""
+    writes: list[bytes] = []
+    real_write = os.write
+
+    def counted(fd: int, data: bytes) -> int:
+        writes.append(bytes(data))
+        return real_write(fd, data)
+
+    with _spawner() as (spawner, done_r):
+        spawner.ask()
+        spare = spawner.receive()
+        _hand_over(spare, _launch(tmp_path, ("true",)))
+        assert _done(done_r)[:2] == (7, 1)
+        monkeypatch.setattr(supervise.os, "write", counted)
+        assert supervise.recorded(spare, later=True)
+        assert writes == []  # owed, not sent
+        supervise.prepare(spare, _launch(tmp_path, ("sh", "-c", "exit 3"), 2))
+        assert len(writes) == 1 and writes[0].startswith(supervise.RECORDED + b"{")
+        supervise.flush(spare)  # nothing more is owed: nothing more is sent
+        assert len(writes) == 1
+        supervise.go(spare)
+        number, attempt, outcome = _done(done_r)
+        assert (number, attempt, outcome.exit_code) == (7, 2, 3)
+        # Sent away while owed the word: it gets the word first, then EOF, and leaves no record.
+        assert supervise.recorded(spare, later=True)
+        supervise.discard(spare)
+        assert not supervise.recorded(spare, later=True)  # gone: nothing can be owed to it
+        wait_until(lambda: not proctree.is_alive(spare.pid, spare.pid_start), 10, "the supervisor to exit")
+        assert not list(tmp_path.glob("7.*.exit"))
+
+
+def test_a_word_owed_to_a_supervisor_is_sent_by_flush(tmp_path: Path) -> None:
+    with _spawner() as (spawner, done_r):
+        spawner.ask()
+        spare = spawner.receive()
+        _hand_over(spare, _launch(tmp_path, ("true",)))
+        assert _done(done_r)[:2] == (7, 1)
+        assert supervise.recorded(spare, later=True)
+        supervise.flush(spare)
+        # Told, it is idle (a supervisor not told would wait, then leave its exit record).
+        wait_until(
+            lambda: Path(f"/proc/{spare.pid}/comm").read_text().strip() == "gpubox-idle", 10, "the supervisor idle"
+        )
+        supervise.discard(spare)
+        wait_until(lambda: not proctree.is_alive(spare.pid, spare.pid_start), 10, "the supervisor to exit")
+        assert not list(tmp_path.glob("7.*.exit"))
