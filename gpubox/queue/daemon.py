@@ -168,6 +168,7 @@ class Daemon:
         self._cpu_only_at: int | None = None
         self._reboot_checked = False  # the jobs that ran before a restart of the machine are marked lost
         self._lock_file: tuple[int, int] | None = None  # the lock file it holds (device, inode)
+        self._lock_path = paths.state_dir / LOCK_NAME
 
     # Set-up
 
@@ -375,7 +376,7 @@ class Daemon:
         to start afresh), or None. Another daemon may serve the new one; this one would go on
         running the old queue's jobs where nobody can see or cancel them."""
         try:
-            lock_moved = file_identity(self.paths.state_dir / LOCK_NAME) != self._lock_file
+            lock_moved = file_identity(self._lock_path) != self._lock_file
         except OSError:  # a folder made unreadable, say: not known to be another queue's
             return None
         if not lock_moved and not store.replaced():
@@ -917,7 +918,7 @@ class Daemon:
             grace_s=self.config.kill_grace_s,
             daemon_pid=os.getpid(),
             socket_path=self.socket_path,
-            lock_path=self.paths.state_dir / LOCK_NAME,
+            lock_path=self._lock_path,
             db_path=self.db_path,
         )
 
@@ -1022,11 +1023,14 @@ def _say(line: str) -> None:
         print(f"gpubox daemon: {line}", file=sys.stderr, flush=True)
 
 
-def _drain(fd: int) -> bytes:
+def _drain(fd: int, size: int = 65536) -> bytes:
+    """What the pipe holds now. A read that comes back short emptied it: no second read to be
+    told so (EAGAIN), on the way from one job to the next."""
     data = b""
-    with suppress(OSError):  # EAGAIN once it is empty
-        while chunk := os.read(fd, 65536):
+    with suppress(OSError):  # EAGAIN: empty
+        while len(chunk := os.read(fd, size)) == size:
             data += chunk
+        data += chunk
     return data
 
 

@@ -501,6 +501,8 @@ class JobStore:
         now = self._clock() if ended_at is None else ended_at
         reason = _printable(reason)
         with self._write() as db:
+            if outcome == "succeeded" and self._succeeded(db, job_id, attempt, exit_code, reason, now):
+                return outcome, None
             # The spec (the largest column) only where its retries matter.
             columns = "state, attempt, failures, request" + (", spec" if outcome == "failed" else "")
             row = db.execute(f"SELECT {columns} FROM jobs WHERE id = ?", (job_id,)).fetchone()
@@ -529,6 +531,26 @@ class JobStore:
                 (outcome, now, exit_code, reason, job_id),
             )
         return outcome, asked
+
+    @staticmethod
+    def _succeeded(
+        db: sqlite3.Connection, job_id: int, attempt: int, exit_code: int | None, reason: str | None, now: float
+    ) -> bool:
+        """The common end, in two statements instead of a read and two: a running attempt that
+        succeeded with no stop asked of it. False (nothing changed) for anything else."""
+        cur = db.execute(
+            "UPDATE jobs SET state = 'succeeded', ended_at = ?, exit_code = ?, reason = ?"
+            " WHERE id = ? AND state = 'running' AND attempt = ? AND request IS NULL",
+            (now, exit_code, reason, job_id, attempt),
+        )
+        if cur.rowcount != 1:
+            return False
+        db.execute(
+            "UPDATE attempts SET ended_at = ?, exit_code = ?, outcome = 'succeeded', reason = ?"
+            " WHERE job_id = ? AND number = ?",
+            (now, exit_code, reason, job_id, attempt),
+        )
+        return True
 
     def _back_to_queue(self, db: sqlite3.Connection, job_id: int, failures: int, reason: str | None) -> None:
         db.execute(

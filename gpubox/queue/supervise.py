@@ -23,7 +23,6 @@ pipe (sent away, or the daemon gone), or when nobody records its job's end.
 
 from __future__ import annotations
 
-import dataclasses
 import errno
 import json
 import os
@@ -291,6 +290,10 @@ def _spare_main(launch_r: int, done_w: int) -> int:
     proctree.become_subreaper()
     orders = _Orders(launch_r)
     wake_r, wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+    # A job's end (SIGCHLD), or a stop signal, wakes the wait in _run; set once, not per job. Idle,
+    # nothing is waited for: what a signal writes then only wakes the next job's wait once more.
+    signal.set_wakeup_fd(wake_w)
+    signal.signal(signal.SIGCHLD, lambda *_: None)
     while True:
         launch = orders.launch()
         if launch is None:
@@ -309,12 +312,12 @@ def _spare_main(launch_r: int, done_w: int) -> int:
                 where = launch.log_prefix.parent
                 result = Outcome(None, "failed", f"its logs cannot be opened in {where}: {ready.strerror or ready}")
             else:
-                result = _run(launch, ready, wake_r, wake_w)
+                result = _run(launch, ready, wake_r)
         finally:
             if not isinstance(ready, OSError):
                 ready.close()
-        if result.ended_at is None:
-            result = dataclasses.replace(result, ended_at=time.time())
+        if result.ended_at is None:  # (built anew: dataclasses.replace costs several times more)
+            result = Outcome(result.exit_code, result.outcome, result.reason, time.time(), result.ran)
         told = False
         message = done_message(launch.job_id, launch.attempt, result)
         with suppress(OSError):  # EPIPE when the daemon that asked for us is gone; EAGAIN when full
@@ -567,10 +570,8 @@ def _note_stop(signum: int, _frame: object) -> None:
     _stops.append(signum)
 
 
-def _run(launch: Launch, ready: _Ready, wake_r: int, wake_w: int) -> Outcome:
+def _run(launch: Launch, ready: _Ready, wake_r: int) -> Outcome:
     err = ready.err
-    signal.set_wakeup_fd(wake_w)
-    signal.signal(signal.SIGCHLD, lambda *_: None)
     if _stops:  # asked to stop before the job ever ran: it does not run
         if signal.SIGUSR1 in _stops:
             return Outcome(None, "preempted", "stopped to make room for an infer job before it ran", time.time(), False)

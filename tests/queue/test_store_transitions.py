@@ -420,3 +420,22 @@ def test_ending_an_attempt_without_reading_back_says_the_state_and_the_stop_aske
     store.request_stop(preempted.id, "preempt")
     assert store.end_attempt(preempted.id, 1, None, "preempted") == ("queued", "preempt")
     assert get(store, preempted.id).state == "queued"
+
+
+def test_a_success_is_recorded_alike_with_or_without_a_stop_asked(store: JobStore, clock: Clock) -> None:
+    """A success with no stop asked takes a shorter way (no read): the job and its attempt end as
+    the longer way ends them, and a stop asked meanwhile still comes back with the state."""
+    plain, asked = store.add(JobSpec(argv=("x",))), store.add(JobSpec(argv=("x",)))
+    start(store, plain.id)
+    start(store, asked.id)
+    store.request_stop(asked.id, "preempt")  # asked, but the job succeeded first
+    clock.now = 1234.5
+    assert store.end_attempt(plain.id, 1, 0, "succeeded", "fine") == ("succeeded", None)
+    assert store.end_attempt(asked.id, 1, 0, "succeeded", "fine") == ("succeeded", "preempt")
+    for job_id in (plain.id, asked.id):
+        job = get(store, job_id)
+        ended = (job.state, job.exit_code, job.reason, job.ended_at, job.request)
+        assert ended == ("succeeded", 0, "fine", 1234.5, None)
+        (attempt,) = store.attempts(job_id)
+        assert (attempt.outcome, attempt.exit_code, attempt.reason, attempt.ended_at) == ended[:4]
+    assert store.end_attempt(plain.id, 1, 0, "succeeded") is None  # ended once
