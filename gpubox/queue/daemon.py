@@ -584,10 +584,9 @@ class Daemon:
         its way has its request read here (or comes after the end, to a job that ended)."""
         return store.stop_request(job_id) is not None
 
-    def _release(self, spare: supervise.Spare, reuse: bool, later: bool = False) -> None:
-        """Tell a supervisor its job's end is recorded (`later`: see supervise.recorded); keep it
-        for another job when `reuse`."""
-        if not supervise.recorded(spare, later=later):
+    def _release(self, spare: supervise.Spare, reuse: bool) -> None:
+        """Tell a supervisor its job's end is recorded; keep it for another job when `reuse`."""
+        if not supervise.recorded(spare):
             return  # gone, or sent away already
         if reuse and self.pool is not None:
             self.pool.give_back(spare)
@@ -646,23 +645,12 @@ class Daemon:
         # "go": a start without its go would end the job `lost` without running it.
         self._armed = None
         went = self._go(store, nxt, spare, cpu_only=True)
-        # Before arming: it may be the one to prepare the job after, and then hears of its end
-        # and gets that launch in one write.
-        self._release(supervisor, reuse, later=True)
-        try:
-            self._after_fast_start(store, job_id, outcome, guess, went)
-        finally:
-            supervise.flush(supervisor)  # told of its end now, if not with a launch
-        return True
-
-    def _after_fast_start(
-        self, store: JobStore, job_id: int, outcome: supervise.Outcome, guess: _Guess, went: bool
-    ) -> None:
+        self._release(supervisor, reuse)  # before arming: it may prepare the job after
         if outcome.outcome != "succeeded":
             self.log(f"job {job_id}: {outcome.outcome}" + (f" ({outcome.reason})" if outcome.reason else ""))
         if not went:  # back in the queue, ahead of the rest of the guess: the pass decides
             self._guess = None
-            return
+            return True
         rest = guess.jobs[1:]
         # What this transaction changed (one CPU-only job ended, the first guessed started) leaves
         # the rest of the line as it was: the guess goes on.
@@ -674,6 +662,7 @@ class Daemon:
             # A pass brings the reasons jobs wait for (and the ledger's view) up to date; in a
             # stream of short jobs, one a while, not one a job.
             self._refresh_at = time.monotonic() + REFRESH_S
+        return True
 
     def _go(self, store: JobStore, job: Job, spare: supervise.Spare, cpu_only: bool) -> bool:
         """Let a spare run the job it prepared, whose start is committed; False when the spare

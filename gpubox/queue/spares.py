@@ -60,10 +60,8 @@ class SparePool:
             self._watch()
 
     def take_ready(self) -> supervise.Spare | None:
-        """A spare forked already, or None (without asking for one or waiting): the one given
-        back last, which may still be owed the word that its job's end is recorded (see
-        supervise.recorded), sent then with its next launch in one write."""
-        return self.ready.pop() if self.ready else None
+        """A spare forked already, or None (without asking for one or waiting)."""
+        return self.ready.pop(0) if self.ready else None
 
     def give_back(self, spare: supervise.Spare) -> None:
         """A supervisor whose job ended, for another job (`keep` sends away those not needed)."""

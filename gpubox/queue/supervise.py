@@ -103,7 +103,6 @@ class Spare:
     pid: int
     pid_start: int | None
     launch_w: int
-    owed: bytes = b""  # said to it, not sent yet: goes first with the next thing sent (see `recorded`)
 
 
 GONE = Spare(0, None, -1)  # no supervisor to talk to (sent away, or never known)
@@ -169,17 +168,9 @@ def go(spare: Spare) -> None:
     _send(spare, GO)
 
 
-def recorded(spare: Spare, later: bool = False) -> bool:
+def recorded(spare: Spare) -> bool:
     """Tell a supervisor that its job's end is recorded (it writes no exit record then, and
-    waits for another launch); False when it is gone (the pipe is closed then). `later`: the
-    word goes with the next thing sent to it (the next launch: one wake-up of a process instead
-    of two, each of which costs the daemon a write and the machine a switch), or with `flush`,
-    or as it is sent away, whichever comes first."""
-    if later:
-        if spare.launch_w < 0:
-            return False
-        spare.owed += RECORDED
-        return True
+    waits for another launch); False when it is gone (the pipe is closed then)."""
     try:
         _send(spare, RECORDED)
     except OSError:
@@ -187,22 +178,10 @@ def recorded(spare: Spare, later: bool = False) -> bool:
     return True
 
 
-def flush(spare: Spare) -> None:
-    """Send what was said to the supervisor `later` and not sent yet (nothing raises: a spare
-    that is gone is found so when it is next used)."""
-    if spare.owed and spare.launch_w >= 0:
-        with suppress(OSError):
-            _send(spare, b"")
-
-
 def discard(spare: Spare) -> None:
     """Send a supervisor away, prepared or idle: it reads EOF and exits without running anything
     (or, with a job running, exits when that ends, leaving its exit record)."""
     if spare.launch_w >= 0:
-        with suppress(OSError):
-            if spare.owed:  # a byte or two, into a pipe it reads: never blocks
-                os.write(spare.launch_w, spare.owed)
-        spare.owed = b""
         with suppress(OSError):
             os.close(spare.launch_w)
         spare.launch_w = -1
@@ -211,7 +190,6 @@ def discard(spare: Spare) -> None:
 def _send(spare: Spare, data: bytes) -> None:
     if spare.launch_w < 0:
         raise BrokenPipeError("the supervisor was sent away")
-    data, spare.owed = spare.owed + data, b""
     view = memoryview(data)
     try:
         while view:

@@ -279,29 +279,21 @@ def test_a_log_line_that_fails_after_the_start_is_committed_never_strands_the_jo
     assert (tmp_path / "ran").read_text() == "ran\n"
 
 
-def test_in_a_stream_the_daemon_reads_no_job_and_wakes_each_supervisor_once_a_job(
+def test_in_a_stream_the_daemon_reads_no_job_between_one_and_the_next(
     paths: Paths, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """From one CPU-only job to the next the daemon neither reads the job that ended (its end's
-    transaction checks it) nor tells that job's supervisor of the end apart from its next launch."""
-    from gpubox.queue import supervise
-
+    """From one CPU-only job to the next the daemon does not read the job that ended: the
+    transaction that records its end checks its state and attempt."""
     daemon_thread = threading.get_ident()
     reads = 0
-    sends: list[bytes] = []
-    real_get, real_send = JobStore.get, supervise._send
+    real_get = JobStore.get
 
     def get(self: JobStore, job_id: int) -> object:
         nonlocal reads
         reads += threading.get_ident() == daemon_thread
         return real_get(self, job_id)
 
-    def send(spare: supervise.Spare, data: bytes) -> None:
-        sends.append(getattr(spare, "owed", b"") + data)
-        real_send(spare, data)
-
     monkeypatch.setattr(JobStore, "get", get)
-    monkeypatch.setattr(supervise, "_send", send)
     n = 40
 
     def scenario(daemon: Daemon, store: JobStore) -> None:
@@ -313,6 +305,3 @@ def test_in_a_stream_the_daemon_reads_no_job_and_wakes_each_supervisor_once_a_jo
     fast = run_daemon(paths, scenario)
     assert fast >= n // 2, f"the fast way started only {fast} of {n} jobs"
     assert reads <= n - fast + 2, f"the daemon read a job {reads} times for {n} jobs ({fast} started the fast way)"
-    alone = sends.count(supervise.RECORDED)
-    with_launch = sum(s.startswith(supervise.RECORDED + b"{") for s in sends)
-    assert with_launch >= fast - 2 and alone < n - fast + 2, (alone, with_launch, fast)
