@@ -256,7 +256,6 @@ def _spare_main(launch_r: int, done_w: int) -> int:
     # the daemon records this process as the job's supervisor before it hands the job over.
     signal.signal(signal.SIGTERM, _note_stop)
     signal.signal(signal.SIGUSR1, _note_stop)
-    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
     signal.signal(signal.SIGHUP, signal.SIG_IGN)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.pthread_sigmask(signal.SIG_UNBLOCK, _STOP_SIGNALS)  # blocked by fork_spare until now
