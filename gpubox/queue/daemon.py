@@ -574,7 +574,7 @@ class Daemon:
                     job.id, job.attempt, outcome.exit_code, outcome.outcome, outcome.reason, ended_at=outcome.ended_at
                 )
             if ended is not None:
-                self._ended(job, outcome)
+                self._ended(job.id, outcome)
             self._release(spare, reuse=ended is not None and _keeps(outcome, asked))
 
     @staticmethod
@@ -599,13 +599,10 @@ class Daemon:
         )
         if ended is None:
             return False
-        self._ended(job, outcome)
+        self._ended(job.id, outcome)
         return True
 
-    def _ended(self, job: Job, outcome: supervise.Outcome) -> None:
-        self._ended_id(job.id, outcome)
-
-    def _ended_id(self, job_id: int, outcome: supervise.Outcome) -> None:
+    def _ended(self, job_id: int, outcome: supervise.Outcome) -> None:
         self._dirty = True
         if outcome.outcome != "succeeded":
             self.log(f"job {job_id}: {outcome.outcome}" + (f" ({outcome.reason})" if outcome.reason else ""))
@@ -638,7 +635,7 @@ class Daemon:
         reuse = ended is not None and _keeps(outcome, asked)
         if not started:
             if ended is not None:
-                self._ended_id(job_id, outcome)  # the pass decides what starts
+                self._ended(job_id, outcome)  # the pass decides what starts
             self._release(supervisor, reuse)
             return True
         # Nothing that can raise (a log line to a closed stderr) between the committed start and
