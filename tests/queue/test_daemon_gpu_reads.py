@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import time
 from pathlib import Path
 
 from gpubox.paths import Paths
-from gpubox.queue.daemon import WINDOW, Daemon
+from gpubox.queue.daemon import IDLE_POLLS, WINDOW, Daemon
 from gpubox.queue.gpus import GpuInfo
 from gpubox.queue.jobs import Job
 from gpubox.queue.layout import db_path, socket_path
@@ -154,3 +155,71 @@ def test_a_cpu_only_infer_job_waiting_for_a_slot_reads_no_gpu_processes() -> Non
     plan = plan_pass([infer], [batch, cpu], {}, [], {}, 5.0, QueueConfig(preempt=True), job_memory=job_memory)
     assert 1 in plan.waits and plan.preempts == []
     assert asked == []
+
+
+def test_an_idle_daemon_makes_no_timed_pass_that_could_find_nothing(paths: Paths, tmp_path: Path) -> None:
+    """A timed pass looks for what no commit shows: a running job's supervisor gone, time passing
+    for backfill, GPU memory freed outside the queue. With nothing running, jobs that wait in a
+    paused queue, or CPU-only jobs, wait only on commits: the daemon wakes, sees none, and reads
+    no job (on a slow machine each such pass cost the idle daemon 1% of a core), and it wakes
+    less often. While a job runs, the timed passes go on."""
+    go = tmp_path / "go"
+    source = OneGpu()
+    passes: dict[str, int] = {}
+
+    def scenario(daemon: Daemon, store: JobStore) -> None:
+        original = daemon._pass
+        count = [0]
+
+        def counted(store_: JobStore, full: bool = True) -> None:
+            count[0] += 1
+            original(store_, full)
+
+        daemon._pass = counted  # type: ignore[method-assign]
+        looked = daemon._state_replaced  # once a wake
+
+        def woken(store_: JobStore) -> str | None:
+            wakes[0] += 1
+            return looked(store_)
+
+        daemon._state_replaced = woken  # type: ignore[method-assign]
+        wakes = [0]
+
+        def passes_over(seconds: float) -> int:
+            before, woke = count[0], wakes[0]
+            deadline = time.monotonic() + seconds
+            while time.monotonic() < deadline:
+                time.sleep(0.02)
+            passes["wakes"] = wakes[0] - woke
+            return count[0] - before
+
+        store.pause()
+        ids = [j.id for j in store.add_many([spec("true"), dataclasses.replace(spec("true"), gpus=1)])]
+        poke(socket_path(paths))
+        wait_until(lambda: set(daemon.reasons) == set(ids), HANG, "the pass that reads the paused jobs")
+        reads = source.reads
+        passes["paused"] = passes_over(0.6)
+        passes["paused wakes"] = passes["wakes"]
+        assert source.reads == reads, "the GPUs were read again for a paused queue"
+        store.resume()
+        poke(socket_path(paths))
+        wait_done(store, ids)
+        assert [store.require(i).state for i in ids] == ["succeeded", "succeeded"]
+        held = store.add_many([spec(hold(go))])[0].id
+        poke(socket_path(paths))
+        try:
+            wait_until(lambda: store.require(held).state == "running", HANG, "the held job")
+            passes["running"] = passes_over(0.6)
+            passes["running wakes"] = passes["wakes"]
+        finally:
+            go.touch()
+        wait_done(store, [held])
+        passes["idle"] = passes_over(0.6)
+
+    run_daemon(paths, scenario, gpu_source=source, config=QueueConfig(poll_interval_s=0.05))
+    assert passes["paused"] == 0, f"{passes['paused']} timed passes over a paused queue with nothing running"
+    assert passes["running"] >= 3, f"only {passes['running']} timed passes while a job ran"
+    assert passes["idle"] <= 1, f"{passes['idle']} timed passes over an empty queue"
+    # Idle, it still wakes for commits made without a poke, IDLE_POLLS intervals apart.
+    assert passes["running wakes"] >= 6, passes
+    assert 1 <= passes["paused wakes"] <= 0.6 / (0.05 * IDLE_POLLS) + 2, passes
