@@ -219,6 +219,7 @@ def _store_jobs(command: Sequence[str] | None, opts: AddOptions, file: Path | No
     paths = queue_paths()
     with errors():
         check_options(opts)
+        entries: list[tuple[int, list[str], AddOptions]] | None = None
         if file is not None:
             if command:
                 raise ValueError("give either --file or a command, not both")
@@ -230,28 +231,32 @@ def _store_jobs(command: Sequence[str] | None, opts: AddOptions, file: Path | No
                     why = "standard input is closed"
                 raise ValueError(f"cannot read {file}: {why}") from None
             entries = parse_job_file(job_file_text(data, str(file)), str(file), opts)
-            build = SpecBuilder(base_env, base_cwd, lookup)
-            specs = []
-            for number, argv, line_opts in entries:
-                try:
-                    spec = build(argv, line_opts)
-                    check_spec(spec, KINDS)  # (add_many checks again) valid before a daemon starts for it
-                except ValueError as exc:
-                    raise ValueError(f"{file}:{number}: {exc}") from None
-                except GpuboxError as exc:  # no NVML for this line's GPUs: name the line, keep the code
-                    raise GpuboxError(f"{file}:{number}: {exc.message}", exc.code) from None
-                specs.append(spec)
         else:
             specs = [build_spec(list(command or []), opts, base_env, base_cwd, lookup)]
             check_spec(specs[0], KINDS)
         with open_queue_store(paths) as store:
-            # Valid jobs and a usable database: a daemon that starts now, before the jobs are
-            # stored, gets ready while they are written. Not for jobs with dependencies, which
-            # the check below (a read of the database) may still refuse.
-            started = not any(spec.after for spec in specs) and start_daemon_early(paths)
+            # A usable database and jobs that parse: a daemon that starts now gets ready while
+            # they are built and written (a cold queue's first job waits for it, and building a
+            # thousand lines of a job file took 30 ms). Not for jobs with dependencies, which
+            # the check below (a read of the database) may still refuse. A line refused while
+            # the jobs are built leaves the daemon running, idle, as a later add would start it.
+            after = any(s.after for s in specs) if entries is None else any(o.after for _, _, o in entries)
+            started = not after and start_daemon_early(paths)
             if not started:
                 check_daemon_could_start(paths)
-            if file is not None:  # name the line of a dependency that does not exist
+            if entries is not None:
+                build = SpecBuilder(base_env, base_cwd, lookup)
+                specs = []
+                for number, argv, line_opts in entries:
+                    try:
+                        spec = build(argv, line_opts)
+                        check_spec(spec, KINDS)  # (add_many checks again) named by its line
+                    except ValueError as exc:
+                        raise ValueError(f"{file}:{number}: {exc}") from None
+                    except GpuboxError as exc:  # no NVML for this line's GPUs: name the line, keep the code
+                        raise GpuboxError(f"{file}:{number}: {exc.message}", exc.code) from None
+                    specs.append(spec)
+                # name the line of a dependency that does not exist
                 for (number, _, _), spec in zip(entries, specs, strict=True):
                     for dep in spec.after:
                         if store.get(dep) is None:
