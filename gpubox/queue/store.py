@@ -578,6 +578,11 @@ class JobStore:
     def any_queued(self) -> bool:
         return bool(self._read("SELECT 1 FROM jobs WHERE state = 'queued' LIMIT 1"))
 
+    def queued_count(self, up_to: int) -> int:
+        """How many jobs are queued, counted up to `up_to` (a long line is not read through)."""
+        rows = self._read("SELECT count(*) FROM (SELECT 1 FROM jobs WHERE state = 'queued' LIMIT ?)", (up_to,))
+        return int(rows[0][0])
+
     def stop_request(self, job_id: int) -> str | None:
         """The stop asked for a job ("cancel", "preempt"), or None; one column, for the daemon's
         record of each end."""
