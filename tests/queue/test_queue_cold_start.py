@@ -27,7 +27,7 @@ from gpubox.queue.daemon import Daemon
 from gpubox.queue.layout import db_path
 from gpubox.queue.schedule import QueueConfig
 from gpubox.queue.store import JobSpec, JobStore
-from gpubox.queue.submit import AddOptions
+from gpubox.queue.submit import AddOptions, SpecBuilder
 from gpubox.queue.wire import poke
 from tests.queue.conftest import NoGpus, QueueBox, wait_until
 
@@ -100,6 +100,30 @@ def test_a_refused_line_of_a_file_starts_no_daemon(starts: list[int], queue: Que
         add_jobs(None, AddOptions(gpus=0), jobs, False)
     assert "jobs.txt:2: job 9 (named in after) does not exist" in refused.value.message
     assert starts == [] and not queue.rows()
+
+
+def test_a_job_file_starts_the_daemon_before_its_lines_are_built(
+    starts: list[int], queue: QueueBox, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Building a thousand lines takes tens of milliseconds that a cold queue's first job waited
+    for: the daemon gets ready meanwhile. A line refused then stores nothing."""
+    built_after: list[int] = []
+    original = SpecBuilder.__call__
+
+    def build(self: SpecBuilder, argv: Any, opts: AddOptions) -> Any:
+        built_after.append(len(starts))
+        return original(self, argv, opts)
+
+    monkeypatch.setattr(SpecBuilder, "__call__", build)
+    jobs = queue.home / "jobs.txt"
+    jobs.write_text("true\ntrue\n")
+    add_jobs(None, AddOptions(gpus=0), jobs, False)
+    assert starts == [0] and built_after == [1, 1]
+    jobs.write_text('true\n{"argv": ["true"], "kind": "nope"}\n')
+    with pytest.raises(GpuboxError) as refused:
+        add_jobs(None, AddOptions(gpus=0), jobs, False)
+    assert "jobs.txt:2: unknown kind 'nope'" in refused.value.message
+    assert len(queue.rows()) == 2
 
 
 def test_a_client_that_started_the_daemon_does_not_start_another(
