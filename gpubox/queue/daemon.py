@@ -57,8 +57,8 @@ LOCK_WAIT_S = 10.0  # how long a new daemon waits out clients that hold its lock
 REPEAT_LOG_S = 600.0  # how often the daemon says again that the same thing still fails
 # With nothing for a timed pass to find, the daemon wakes only to see commits made without a
 # poke (every client pokes it; an sqlite3 shell does not) and a state folder removed under it:
-# this many poll intervals apart. What a wake costs grows with the sleep before it only up to a
-# point (on one machine: 1 ms of CPU after 10 ms asleep, 60 ms after 2 s, 80 ms after 10 s).
+# this many poll intervals apart. Where a process's work costs more the longer it slept, it
+# costs less than in proportion (benchmarks/wake_cost.py): fewer wakes are what idle can save.
 IDLE_POLLS = 5
 
 
