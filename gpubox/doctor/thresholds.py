@@ -6,7 +6,10 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+
+TYPE_CHECKING = False  # typing's import (4 ms) is not needed at run time
+if TYPE_CHECKING:
+    from typing import Any
 
 
 def _setting(default: float, help: str) -> Any:

@@ -13,7 +13,10 @@ import signal
 from collections.abc import Mapping
 from contextlib import suppress
 from pathlib import Path
-from typing import NoReturn
+
+TYPE_CHECKING = False  # typing's import (4 ms) is not needed at run time
+if TYPE_CHECKING:
+    from typing import NoReturn
 
 SITE_DIR = Path(__file__).resolve().parent / "site"
 NOT_FOUND = 127  # as a shell says "command not found"

@@ -13,7 +13,10 @@ import time
 from collections.abc import Callable, Mapping
 from contextlib import suppress
 from pathlib import Path
-from typing import Any
+
+TYPE_CHECKING = False  # typing's import (4 ms) is not needed at run time
+if TYPE_CHECKING:
+    from typing import Any
 
 _PR_SET_CHILD_SUBREAPER = 36
 _PR_SET_NAME = 15

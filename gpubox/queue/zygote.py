@@ -20,10 +20,10 @@ import sys
 from contextlib import suppress
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from gpubox.queue import proctree, supervise
 
+TYPE_CHECKING = False  # typing's import (4 ms) is not needed at run time
 if TYPE_CHECKING:
     import subprocess
 

@@ -25,6 +25,7 @@ def test_a_plain_daemon_does_without_typer_and_a_second_one_says_why_it_stops(qu
     )
     imported = {line.split("|")[-1].strip() for line in result.stderr.splitlines() if line.startswith("import time:")}
     assert "typer" not in imported and "click" not in imported
+    assert "gpubox.queue.daemon" in imported and "typing" not in imported  # a cold queue's first job waits
     said = [line for line in result.stderr.splitlines() if not line.startswith("import time:")]
     assert said == [f"gpubox: a gpubox daemon (pid {pid}) already runs for {queue.state_dir}"]
     assert result.returncode == 1
