@@ -50,6 +50,7 @@ def test_the_daemon_records_each_attempts_gpu_use(queue: QueueBox) -> None:
         report = build_report(store, row["submitted_at"] - 60, time.time() + 60, by="job")
         by_gpu = build_report(store, row["submitted_at"] - 60, time.time() + 60, by="gpu")
         waits = store.rows("SELECT reason, job_ms FROM wait_reasons")
+    assert len(waits) == 1, waits
     [(reason, job_ms)] = waits
     assert "held by job N (train)" in reason and job_ms > 1000, waits
     # Both GPUs were watched; only the job's one was allocated, for as long as the job held it.
