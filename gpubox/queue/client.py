@@ -222,7 +222,7 @@ def cancel_jobs(store: JobStore, ids: Sequence[int]) -> list[StopResult]:
 
 FAST_POLL_S = 0.01
 SLOW_POLL_S = 0.1
-SHORT_LINE = 32  # queued jobs at most, for `queue wait` to look again soon after a commit
+SHORT_LINE = 100  # queued jobs at most, for `queue wait` to look again soon after a commit
 
 
 def wait_jobs(
