@@ -23,7 +23,10 @@ from collections.abc import Sequence
 from contextlib import suppress
 from pathlib import Path
 
-_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC
+# O_NONBLOCK: a FIFO put where a log goes would block the open until something reads it, and the
+# supervisor with it; now the open fails (or a write would block), and the output is lost, said
+# as any other. A regular file's writes are the same either way.
+_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC | os.O_NONBLOCK
 _CHUNK = 1 << 16
 
 

@@ -11,8 +11,10 @@ import errno
 import fcntl
 import os
 import shutil
+import stat
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -83,6 +85,31 @@ def test_a_write_that_fails_is_dropped_and_the_pipe_still_drains(tmp_path: Path)
     os.close(job_end)
     relay.close()
     assert not (tmp_path / "gone").exists()
+
+
+def test_a_fifo_where_the_log_goes_loses_the_output_instead_of_hanging(tmp_path: Path) -> None:
+    """Opening a FIFO to write blocks until something reads it: the supervisor would hang there
+    for good, its job blocked on a full pipe and deaf to a cancel. The output is lost instead."""
+    path = tmp_path / "1.1.out"
+    os.mkfifo(path)
+    relay = LogRelay(path)
+    job_end = os.dup(relay.write_end)
+    relay.started()
+    os.write(job_end, b"lost\n")
+    done = threading.Event()
+
+    def pump() -> None:
+        relay.pump()
+        done.set()
+
+    threading.Thread(target=pump, daemon=True).start()
+    if not done.wait(HANG):
+        os.close(os.open(path, os.O_RDONLY | os.O_NONBLOCK))  # let the hung open go, then fail
+        pytest.fail("the relay hung opening a FIFO")
+    os.write(job_end, b"x" * 1000)  # the pipe was emptied: the job is not held back
+    os.close(job_end)
+    relay.close()
+    assert stat.S_ISFIFO(os.stat(path).st_mode)
 
 
 def test_output_lost_to_a_full_disk_is_marked_where_it_was_lost(
