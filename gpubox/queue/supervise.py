@@ -379,7 +379,8 @@ def write_exit(path: Path, attempt: int, result: Outcome) -> None:
     cut short (a full disk) leaves no record at all, never a part of one.
     """
     aside = Path(f"{path}.tmp")
-    fd = os.open(aside, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+    # O_NONBLOCK: a FIFO in the way fails the open instead of blocking it (a regular file: no change).
+    fd = os.open(aside, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC | os.O_NONBLOCK, 0o600)
     try:
         data = json.dumps({"attempt": attempt, **_record(result)}).encode()
         if os.write(fd, data) != len(data):

@@ -283,6 +283,26 @@ def test_the_spawner_imports_no_typing() -> None:
     assert "gpubox.queue.supervise" in imported and "typing" not in imported
 
 
+def test_a_fifo_in_the_way_of_an_exit_record_fails_it_instead_of_hanging(tmp_path: Path) -> None:
+    path = tmp_path / "7.1.exit"
+    os.mkfifo(f"{path}.tmp")
+    failed: list[BaseException] = []
+
+    def write() -> None:
+        try:
+            supervise.write_exit(path, 1, supervise.Outcome(0, "succeeded", None))
+        except OSError as exc:
+            failed.append(exc)
+
+    writer = threading.Thread(target=write, daemon=True)
+    writer.start()
+    writer.join(30)
+    if writer.is_alive():
+        os.close(os.open(f"{path}.tmp", os.O_RDONLY | os.O_NONBLOCK))  # let the hung open go
+        pytest.fail("write_exit hung opening a FIFO")
+    assert failed and failed[0].errno == errno.ENXIO and not path.exists()
+
+
 def test_a_command_that_cannot_be_bytes_fails_its_job_instead_of_losing_it(tmp_path: Path) -> None:
     # `queue add` refuses it now; a job stored before (or written by hand) must still end with a reason.
     with _spawner() as (spawner, done_r):
