@@ -613,6 +613,10 @@ class Daemon:
 
     def _ended(self, job_id: int, outcome: supervise.Outcome) -> None:
         self._dirty = True
+        self._say_end(job_id, outcome)
+
+    def _say_end(self, job_id: int, outcome: supervise.Outcome) -> None:
+        """In the log, an end other than success."""
         if outcome.outcome != "succeeded":
             self.log(f"job {job_id}: {outcome.outcome}" + (f" ({outcome.reason})" if outcome.reason else ""))
 
@@ -652,8 +656,7 @@ class Daemon:
         self._armed = None
         went = self._go(store, nxt, spare, cpu_only=True)
         self._release(supervisor, reuse)  # before arming: it may prepare the job after
-        if outcome.outcome != "succeeded":
-            self.log(f"job {job_id}: {outcome.outcome}" + (f" ({outcome.reason})" if outcome.reason else ""))
+        self._say_end(job_id, outcome)
         if not went:  # back in the queue, ahead of the rest of the guess: the pass decides
             self._guess = None
             return True

@@ -578,7 +578,7 @@ class JobStore:
     # What people and the daemon ask of jobs
 
     def any_queued(self) -> bool:
-        return bool(self._read("SELECT 1 FROM jobs WHERE state = 'queued' LIMIT 1"))
+        return self.queued_count(1) > 0
 
     def queued_count(self, up_to: int) -> int:
         """How many jobs are queued, counted up to `up_to` (a long line is not read through)."""
