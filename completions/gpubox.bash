@@ -148,7 +148,7 @@ _gpubox() {
                 --cwd) mapfile -t COMPREPLY < <(compgen -d -- "$cur"); return ;;
                 --file) mapfile -t COMPREPLY < <(compgen -f -- "$cur"); return ;;
             esac
-            words='--name --kind --gpus --gpu --gpu-mem --priority --after --time-limit --retries --tag --env --cwd --shell --no-probe --share --file --json -h --help'
+            words='--name --kind --gpus --gpu --gpu-mem --priority --after --time-limit --retries --tag --env --cwd --shell --no-probe --share --file --wait --json -h --help'
             arg_kind=none
             ;;
         "gpubox queue ls")

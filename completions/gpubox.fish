@@ -185,6 +185,7 @@ complete -c gpubox -n "__gpubox_at 'gpubox queue add'" -l shell -d 'Run the comm
 complete -c gpubox -n "__gpubox_at 'gpubox queue add'" -l no-probe -d 'Do not attach the dataloader probe.'
 complete -c gpubox -n "__gpubox_at 'gpubox queue add'" -l share -d 'May share GPUs with other --share jobs where memory fits.'
 complete -c gpubox -n "__gpubox_at 'gpubox queue add'" -l file -r -F -d 'Add every job in this file: a command or a JSON object per line (\'-\': stdin).'
+complete -c gpubox -n "__gpubox_at 'gpubox queue add'" -l wait -d 'Then wait for the job(s) to end and exit as queue wait does (the first failed job\'s own code).'
 complete -c gpubox -n "__gpubox_at 'gpubox queue add'" -l json -d 'Print one JSON document (schema 1) instead of text.'
 complete -c gpubox -n "__gpubox_at 'gpubox queue add'" -s h -l help -d 'Show this message and exit.'
 complete -c gpubox -n "__gpubox_at 'gpubox queue ls'" -s a -l all -d 'Also list jobs that have ended.'

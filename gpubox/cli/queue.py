@@ -106,6 +106,13 @@ def add(
         Path | None,
         typer.Option("--file", help="Add every job in this file: a command or a JSON object per line ('-': stdin)."),
     ] = None,
+    wait: Annotated[
+        bool,
+        typer.Option(
+            "--wait",
+            help="Then wait for the job(s) to end and exit as queue wait does (the first failed job's own code).",
+        ),
+    ] = False,
     as_json: JSON = False,
 ) -> None:
     """Queue a command; print its job id.
@@ -132,7 +139,9 @@ def add(
         probe=not no_probe,
         share=share,
     )
-    add_jobs(command, opts, file, as_json)
+    code = add_jobs(command, opts, file, as_json, wait)
+    if code:
+        raise typer.Exit(code)
 
 
 @app.command("ls")

@@ -12,7 +12,6 @@ import re
 from pathlib import Path
 
 from gpubox.cli.plain import run_plain
-from gpubox.exit_codes import ExitCode
 
 TYPE_CHECKING = False  # typing's import (4 ms) is not needed at run time
 if TYPE_CHECKING:
@@ -22,7 +21,7 @@ TEXT = {"--name": "name", "--kind": "kind", "--gpu-mem": "gpu_mem"}
 TEXT |= {"--time-limit": "time_limit", "--cwd": "cwd", "--file": "file"}
 WHOLE = {"--gpus": "gpus", "--priority": "priority", "--retries": "retries"}
 MANY = {"--tag": "tag", "--env": "env", "--gpu": "gpu", "--after": "after"}
-FLAGS = {"--shell": "shell", "--no-probe": "no_probe", "--share": "share", "--json": "as_json"}
+FLAGS = {"--shell": "shell", "--no-probe": "no_probe", "--share": "share", "--json": "as_json", "--wait": "wait"}
 _INT = re.compile(r"[0-9]+")
 
 
@@ -91,7 +90,6 @@ def run_fast(args: list[str]) -> int | None:
     file = Path(v["file"]) if "file" in v else None
 
     def add() -> int:
-        add_jobs(command or None, opts, file, bool(v.get("as_json")))
-        return int(ExitCode.OK)
+        return add_jobs(command or None, opts, file, bool(v.get("as_json")), bool(v.get("wait")))
 
     return run_plain(add)

@@ -188,8 +188,11 @@ def json_failure(command: str, as_json: bool) -> Iterator[None]:
         raise
 
 
-def add_jobs(command: Sequence[str] | None, opts: AddOptions, file: Path | None, as_json: bool) -> None:
-    """`gpubox queue add`: build the specs, add them all or none, wake the daemon, print the ids."""
+def add_jobs(
+    command: Sequence[str] | None, opts: AddOptions, file: Path | None, as_json: bool, wait: bool = False
+) -> int:
+    """`gpubox queue add`: build the specs, add them all or none, wake the daemon, print the ids;
+    the exit code. `wait`: then wait for the jobs to end, as `queue wait` does, in this process."""
     with json_failure("queue add", as_json):
         jobs, paths, started = _store_jobs(command, opts, file)
     ids = [j.id for j in jobs]
@@ -197,13 +200,26 @@ def add_jobs(command: Sequence[str] | None, opts: AddOptions, file: Path | None,
     added = f"job {ids[0]} was added" if len(ids) == 1 else f"jobs {ids[0]}{joint}{ids[-1]} were added"
     done_before_output(added)
     failure = wake(paths, started)
+    text = "\n".join(str(j.id) for j in jobs)
+    if wait and failure is None:
+        if not as_json:  # the ids as without --wait, before the jobs run: `id=$(gpubox queue add ...)`
+            sys.stdout.write(text + "\n")
+            sys.stdout.flush()
+        with json_failure("queue add", as_json):
+            jobs, code = _wait_for("queue add", paths, ids, None, None, as_json)
+        if not as_json:  # stdout holds the ids alone; how a job ended other than well, on stderr
+            for job in jobs:
+                if job.state != "succeeded":
+                    sys.stderr.write(f"gpubox: {ended_line(job)}\n")
+        return code
     data = None
     if as_json:  # only then: a thousand records took 8 ms, while a cold queue's daemon starts
         from gpubox.queue.records import job_record
 
         # The daemon was woken: its next pass says why each job waits (or it could not be started).
         data = {"jobs": [job_record(j, None if failure else {}) for j in jobs]}
-    emit_then_fail("queue add", data, as_json, "\n".join(str(j.id) for j in jobs), failure)
+    emit_then_fail("queue add", data, as_json, text, failure)
+    return int(ExitCode.OK)
 
 
 def _store_jobs(command: Sequence[str] | None, opts: AddOptions, file: Path | None) -> tuple[list[Job], Paths, bool]:
@@ -282,33 +298,44 @@ def joined(values: list[str] | None) -> str | None:
 def wait_jobs_command(ids: Sequence[int], timeout: str | None, as_json: bool) -> int:
     """`gpubox queue wait`: block until the jobs end; the exit code (the first failed job's own).
     Typer's command and the fast path (gpubox/cli/queue_wait_fast.py) both run this."""
-    from gpubox.format import span
-    from gpubox.queue.client import exit_code_for, wait_jobs, wake_daemon
-    from gpubox.queue.jobs import END_STATES
     from gpubox.queue.parse import parse_duration
-    from gpubox.queue.records import job_record
 
     paths = queue_paths()
     with errors():
         limit = parse_duration(timeout, zero=True) if timeout is not None else None
-        with open_queue_store(paths) as store:
-            jobs_now = [store.require(job_id) for job_id in ids]  # every id, before anything starts
-            if any(job.state not in END_STATES for job in jobs_now):
-                wake_daemon(paths)  # a job only moves on while a daemon runs
-            jobs = wait_jobs(store, ids, limit, on_poll=keep_daemon(paths))
+    jobs, code = _wait_for("queue wait", paths, ids, limit, timeout, as_json)
+    if not as_json:
+        sys.stdout.write("".join(ended_line(j) + "\n" for j in jobs))
+    return code
+
+
+def ended_line(job: Job) -> str:
+    return f"job {job.id}: {job.state}" + ("" if job.exit_code is None else f" (exit {job.exit_code})")
+
+
+def _wait_for(
+    command: str, paths: Paths, ids: Sequence[int], limit: float | None, timeout: str | None, as_json: bool
+) -> tuple[list[Job], int]:
+    """Wait for the jobs to end (the JSON of `command` says how: printed here); the jobs and the
+    exit code (the first failed job's own). `limit`: seconds to wait at most, as `timeout` (the
+    option's text) gave it."""
+    from gpubox.format import span
+    from gpubox.queue.client import exit_code_for, wait_jobs, wake_daemon
+    from gpubox.queue.jobs import END_STATES
+    from gpubox.queue.records import job_record
+
+    with errors(), open_queue_store(paths) as store:
+        jobs_now = [store.require(job_id) for job_id in ids]  # every id, before anything starts
+        if any(job.state not in END_STATES for job in jobs_now):
+            wake_daemon(paths)  # a job only moves on while a daemon runs
+        jobs = wait_jobs(store, ids, limit, on_poll=keep_daemon(paths))
     if jobs is None:
         named = ", ".join(map(str, ids))
         said = f"job(s) {named} not ended yet (--timeout {timeout})" if limit == 0 else None
         waited = span(limit) if limit is not None else timeout  # as --timeout takes it: 1s, not a bare 1
         raise GpuboxError(said or f"timed out after {waited} waiting for job(s) {named}", ExitCode.TIMED_OUT)
     code = exit_code_for(jobs)
-    index = gpu_index(None, jobs) if as_json else {}  # only the JSON names GPUs
-    lines = [f"job {j.id}: {j.state}" + ("" if j.exit_code is None else f" (exit {j.exit_code})") for j in jobs]
-    emit(
-        "queue wait",
-        {"jobs": [job_record(j, {}, index) for j in jobs], "exit_code": code},
-        as_json,
-        "\n".join(lines),
-        code=code,
-    )
-    return code
+    if as_json:
+        index = gpu_index(None, jobs)  # only the JSON names GPUs
+        emit(command, {"jobs": [job_record(j, {}, index) for j in jobs], "exit_code": code}, True, "", code=code)
+    return jobs, code

@@ -239,6 +239,7 @@ def wait_jobs(
     deadline = None if timeout_s is None else clock() + timeout_s
     delay = FAST_POLL_S
     version: int | None = None
+    waiting = list(ids)  # not seen ended yet: only their states are read at each look
     while True:
         # The jobs are read again only when something committed since (a cheap question). Soon
         # after a commit (every 10 ms while the queue is busy) when a job waited for runs or few
@@ -248,14 +249,20 @@ def wait_jobs(
         now = store.data_version()
         if now != version:
             version = now
-            found = [store.get(i) for i in ids]
-            gone = [i for i, j in zip(ids, found, strict=True) if j is None]
-            if gone:
-                raise GpuboxError(f"job {gone[0]} was removed (queue clean) before it ended", ExitCode.FAILED)
-            jobs = [j for j in found if j is not None]
-            if all(j.state in END_STATES for j in jobs):
-                return jobs
-            if any(j.state == "running" for j in jobs) or store.queued_count(SHORT_LINE + 1) <= SHORT_LINE:
+            states = store.states(waiting)
+            _check_kept(waiting, states)
+            waiting = [i for i in waiting if states[i] not in END_STATES]
+            if not waiting:
+                # All seen ended: read whole, at once, so that they are told as one moment saw
+                # them (a `queue retry` meanwhile put one back in the queue: wait for it again).
+                found = [store.get(i) for i in ids]
+                _check_kept(ids, {i: j.state for i, j in zip(ids, found, strict=True) if j is not None})
+                jobs = [j for j in found if j is not None]
+                waiting = [j.id for j in jobs if j.state not in END_STATES]
+                if not waiting:
+                    return jobs
+                states = {j.id: j.state for j in jobs}
+            if any(states[i] == "running" for i in waiting) or store.queued_count(SHORT_LINE + 1) <= SHORT_LINE:
                 delay = FAST_POLL_S
         store.check_current()
         if deadline is not None and clock() >= deadline:
@@ -264,6 +271,12 @@ def wait_jobs(
         pause = delay if deadline is None else max(0.0, min(delay, deadline - clock()))
         sleep(pause)
         delay = min(delay * 1.5, SLOW_POLL_S)
+
+
+def _check_kept(ids: Sequence[int], states: Mapping[int, str]) -> None:
+    gone = [i for i in ids if i not in states]
+    if gone:
+        raise GpuboxError(f"job {gone[0]} was removed (queue clean) before it ended", ExitCode.FAILED)
 
 
 def exit_code_for(jobs: Sequence[Job]) -> int:

@@ -518,3 +518,46 @@ def test_a_job_run_elsewhere_finds_its_own_folder_in_pwd(queue: QueueBox, tmp_pa
     assert ok(queue("queue", "logs", str(from_file))) == f"{there}\n"
     assert ok(queue("queue", "logs", str(stayed))) == f"{link}\n"  # right already: kept
     assert ok(queue("queue", "logs", str(chosen))) == "/x\n"  # asked for: kept
+
+
+# add --wait
+
+
+def test_add_wait_prints_the_id_then_exits_with_the_jobs_own_code(queue: QueueBox) -> None:
+    # A plain line (the fast path) and one that Typer parses (a value that starts with a dash)
+    # end alike.
+    for args in (["--gpus", "0", "--wait"], ["--wait", "--gpus", "0", "--name", "-w"]):
+        result = queue("queue", "add", *args, "--", "sh", "-c", "sleep 0.2; exit 3")
+        job = int(result.stdout)  # stdout holds the id alone, as without --wait
+        assert (result.returncode, result.stderr) == (3, f"gpubox: job {job}: failed (exit 3)\n")
+        assert queue.job(job)["state"] == "failed"
+    result = queue("queue", "add", "--gpus", "0", "--wait", "--", "true")
+    assert (result.returncode, result.stderr) == (0, "")
+    assert queue.job(int(result.stdout))["state"] == "succeeded"
+
+
+def test_add_wait_of_a_file_waits_for_every_job_and_exits_with_the_first_failed_ones_code(
+    queue: QueueBox, tmp_path: Path
+) -> None:
+    jobs = tmp_path / "jobs.txt"
+    jobs.write_text("true\nsh -c 'sleep 0.3; exit 5'\nsh -c 'exit 4'\ntrue\n")
+    result = queue("queue", "add", "--gpus", "0", "--file", str(jobs), "--wait")
+    ids = [int(line) for line in result.stdout.split()]
+    assert len(ids) == 4 and result.returncode == 5
+    assert result.stderr == f"gpubox: job {ids[1]}: failed (exit 5)\ngpubox: job {ids[2]}: failed (exit 4)\n"
+    assert [queue.job(i)["state"] for i in ids] == ["succeeded", "failed", "failed", "succeeded"]
+
+
+def test_add_wait_json_is_one_document_of_the_ended_jobs(queue: QueueBox) -> None:
+    result = queue("queue", "add", "--gpus", "0", "--wait", "--json", "--", "sh", "-c", "exit 4")
+    doc = json.loads(result.stdout)  # one document: the ended jobs, not the added ones first
+    assert (result.returncode, doc["command"], doc["ok"], doc["exit_code"]) == (4, "queue add", False, 4)
+    (job,) = doc["data"]["jobs"]
+    assert (job["state"], job["exit_code"], doc["data"]["exit_code"]) == ("failed", 4, 4)
+
+
+def test_add_wait_that_cannot_add_waits_for_nothing(queue: QueueBox) -> None:
+    result = queue("queue", "add", "--gpus", "0", "--wait", "--kind", "bogus", "--", "true")
+    assert (result.returncode, result.stdout) == (2, "")
+    assert "kind" in result.stderr and len(result.stderr.splitlines()) == 1
+    assert queue.rows() == []

@@ -5,6 +5,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
+from gpubox.exit_codes import GpuboxError
 from gpubox.queue.client import FAST_POLL_S, SHORT_LINE, SLOW_POLL_S, wait_jobs
 from gpubox.queue.jobs import JobSpec
 from gpubox.queue.store import JobStore
@@ -17,15 +20,7 @@ def test_wait_reads_again_soon_after_a_commit_and_backs_off_while_nothing_change
     assert writer.mark_started(job.id, 123, (), "boot", str(tmp_path / "log"))
     reader = JobStore(db)
     sleeps: list[float] = []
-    reads = 0
-    real_get = reader.get
-
-    def counting_get(job_id: int):  # type: ignore[no-untyped-def]
-        nonlocal reads
-        reads += 1
-        return real_get(job_id)
-
-    reader.get = counting_get  # type: ignore[method-assign]
+    reads = _count_reads(reader)
 
     def sleep(seconds: float) -> None:
         sleeps.append(seconds)
@@ -40,8 +35,9 @@ def test_wait_reads_again_soon_after_a_commit_and_backs_off_while_nothing_change
     assert sleeps[0] == FAST_POLL_S
     assert sleeps[:11] == sorted(sleeps[:11]) and max(sleeps) == SLOW_POLL_S
     assert sleeps[12] == FAST_POLL_S  # something committed: look again soon
-    # The check that the job exists, a read at the start and one after each commit; none between.
-    assert reads == 4
+    # Its state read at the start and after each commit, none between; the whole job read to
+    # check that it exists, and once it has ended.
+    assert reads == {"states": 3, "get": 2}
     assert len(sleeps) == 14  # the end is seen at the first look after it
     reader.close()
     writer.close()
@@ -97,5 +93,88 @@ def test_wait_in_a_short_line_looks_again_soon_after_each_commit(tmp_path: Path)
     done = wait_jobs(reader, [job.id], None, sleep=sleep)
     assert done is not None and [j.state for j in done] == ["cancelled"]
     assert sleeps == [FAST_POLL_S] * 6
+    reader.close()
+    writer.close()
+
+
+def _count_reads(store: JobStore) -> dict[str, int]:
+    """Count the store's reads of states and of whole jobs, by name."""
+    reads = {"states": 0, "get": 0}
+    for name in reads:
+        real = getattr(store, name)
+
+        def counting(*args: object, _real: object = real, _name: str = name) -> object:
+            reads[_name] += 1
+            return _real(*args)  # type: ignore[operator]
+
+        setattr(store, name, counting)
+    return reads
+
+
+def test_a_wait_on_many_jobs_reads_their_states_and_each_whole_job_only_at_the_end(tmp_path: Path) -> None:
+    """`queue add --file jobs --wait` waits for a thousand jobs: a look reads the states of those
+    not seen ended yet, not every whole job (its environment decoded) at every commit."""
+    db = tmp_path / "queue.db"
+    writer = JobStore(db)
+    jobs = writer.add_many([JobSpec(argv=("true",), cwd="/", env={"A": "b"}, gpus=0) for _ in range(600)])
+    ids = [j.id for j in jobs]
+    reader = JobStore(db)
+    reads = _count_reads(reader)
+    asked: list[int] = []
+    real_states = reader.states
+    reader.states = lambda wanted: (asked.append(len(wanted)), real_states(wanted))[1]  # type: ignore[method-assign]
+    left = iter(jobs)
+
+    def sleep(seconds: float) -> None:
+        for job in [next(left) for _ in range(200)]:  # 200 end between two looks
+            assert writer.mark_started(job.id, 123, (), "boot", str(tmp_path / "log"))
+            writer.finish(job.id, 1, 0, "succeeded")
+
+    done = wait_jobs(reader, ids, None, sleep=sleep)
+    assert done is not None and [j.id for j in done] == ids and {j.state for j in done} == {"succeeded"}
+    assert asked == [600, 600, 400, 200]  # only those not seen ended yet are asked about
+    assert reads["get"] == 2 * len(ids)  # each checked at the start, and read whole at the end
+    reader.close()
+    writer.close()
+
+
+def test_a_job_put_back_in_the_queue_after_it_was_seen_ended_is_waited_for_again(tmp_path: Path) -> None:
+    db = tmp_path / "queue.db"
+    writer = JobStore(db)
+    first, second = writer.add_many([JobSpec(argv=("true",), cwd="/", env={}, gpus=0) for _ in range(2)])
+    reader = JobStore(db)
+    steps = iter(
+        [
+            lambda: writer.cancel(first.id),  # seen ended at the next look
+            lambda: (writer.cancel(second.id), writer.requeue(first.id)),  # all ended, but first again queued
+            lambda: writer.cancel(first.id),
+        ]
+    )
+    looks: list[float] = []
+
+    def sleep(seconds: float) -> None:
+        looks.append(seconds)
+        next(steps)()
+
+    done = wait_jobs(reader, [first.id, second.id], None, sleep=sleep)
+    assert done is not None and [j.state for j in done] == ["cancelled", "cancelled"]
+    assert len(looks) == 3  # it did not return while the first was queued again
+    reader.close()
+    writer.close()
+
+
+def test_a_job_removed_while_waited_for_is_said_once_seen(tmp_path: Path) -> None:
+    db = tmp_path / "queue.db"
+    writer = JobStore(db)
+    job = writer.add(JobSpec(argv=("true",), cwd="/", env={}, gpus=0))
+    other = writer.add(JobSpec(argv=("true",), cwd="/", env={}, gpus=0))
+    reader = JobStore(db)
+
+    def sleep(seconds: float) -> None:
+        writer.cancel(job.id)
+        writer.clean(0)
+
+    with pytest.raises(GpuboxError, match=f"job {job.id} was removed"):
+        wait_jobs(reader, [other.id, job.id], None, sleep=sleep)
     reader.close()
     writer.close()
