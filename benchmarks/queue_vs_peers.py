@@ -6,8 +6,9 @@
    gpubox `queue add --file` (one call), task-spooler one `tsp true` per job (its server starts
    on the first call, as gpubox's daemon does; its slots come from TS_SLOTS), nq one `nq true`
    per job. The end is when the tool's own wait returns (`tsp -w`, `nq -w`, `gpubox queue
-   wait`). `--warm` starts gpubox's daemon and task-spooler's server before the clock, as a
-   daemon that systemd runs would be.
+   wait`; with `--add-wait`, gpubox's add itself, `queue add --file ... --wait`). `--warm`
+   starts gpubox's daemon and task-spooler's server before the clock, as a daemon that systemd
+   runs would be.
 2. Latency of one `gpubox queue add --gpus 0 -- true` with the daemon running (median of 40).
 3. Daemon CPU while idle, with N finished and 100 queued jobs (the queue paused), over 20 s.
 
@@ -34,6 +35,7 @@ GPUBOX = [sys.executable, "-P", "-m", "gpubox"]
 TICK = os.sysconf("SC_CLK_TCK")
 SLOTS = 1
 WARM = False
+ADD_WAIT = False
 
 
 def _env(home: Path) -> dict[str, str]:
@@ -75,8 +77,12 @@ def gpubox_throughput(n: int, home: Path, pythonpath: str | None = None) -> floa
         while subprocess.run([*GPUBOX, "daemon", "status"], env=env, capture_output=True).returncode:
             time.sleep(0.05)
     t0 = time.perf_counter()
-    out = _run([*GPUBOX, "queue", "add", "--gpus", "0", "--no-probe", "--file", str(jobs)], env).stdout.split()
-    _run([*GPUBOX, "queue", "wait", out[-1]], env)
+    add = [*GPUBOX, "queue", "add", "--gpus", "0", "--no-probe", "--file", str(jobs)]
+    if ADD_WAIT:  # (not in a baseline from before `queue add --wait`)
+        _run([*add, "--wait"], env)
+    else:
+        out = _run(add, env).stdout.split()
+        _run([*GPUBOX, "queue", "wait", out[-1]], env)
     elapsed = time.perf_counter() - t0
     states = _run([*GPUBOX, "queue", "ls", "--all", "--json"], env).stdout
     assert states.count('"state": "succeeded"') == n, "not every gpubox job succeeded"
@@ -154,13 +160,14 @@ def main() -> int:
     parser.add_argument("--slots", type=int, default=1, help="jobs at once for gpubox and task-spooler")
     parser.add_argument("--baseline", type=Path, help="also run the gpubox in this directory, in the same rounds")
     parser.add_argument("--warm", action="store_true", help="start gpubox's daemon and tsp's server before the clock")
+    parser.add_argument("--add-wait", action="store_true", help="gpubox waits by `queue add --wait`, not `queue wait`")
     args = parser.parse_args()
     missing = [tool for tool in ("tsp", "nq") if shutil.which(tool) is None]
     if missing:
         print(f"queue_vs_peers: {', '.join(missing)} not found (queue_vs_peers.sh installs them)", file=sys.stderr)
         return 2
-    global SLOTS, WARM
-    SLOTS, WARM = args.slots, args.warm
+    global SLOTS, WARM, ADD_WAIT
+    SLOTS, WARM, ADD_WAIT = args.slots, args.warm, args.add_wait
     gpubox_dir = Path(__file__).resolve().parent.parent / "gpubox"
     env = {**os.environ, "PYTHONDONTWRITEBYTECODE": ""}
     baseline = None if args.baseline is None else str(args.baseline.resolve())
@@ -185,7 +192,8 @@ def main() -> int:
                         _stop(home, baseline if name != "gpubox" else None)
         print(
             f"{args.jobs} jobs running `true`, {SLOTS} slot(s) (nq: 1), first submission to last job finished "
-            f"(median of {args.rounds}{', daemons started before the clock' if WARM else ''}):"
+            f"(median of {args.rounds}{', daemons started before the clock' if WARM else ''}"
+            f"{'; gpubox waits with queue add --wait' if ADD_WAIT else ''}):"
         )
         print("| tool | median s | min s | jobs/s |")
         print("|---|---:|---:|---:|")

@@ -206,11 +206,11 @@ def add_jobs(
             sys.stdout.write(text + "\n")
             sys.stdout.flush()
         with json_failure("queue add", as_json):
-            jobs, code = _wait_for("queue add", paths, ids, None, None, as_json)
+            ended, code = _wait_for("queue add", paths, ids, None, None, as_json)
         if not as_json:  # stdout holds the ids alone; how a job ended other than well, on stderr
-            for job in jobs:
-                if job.state != "succeeded":
-                    sys.stderr.write(f"gpubox: {ended_line(job)}\n")
+            for job_id, (state, exit_code) in ended.items():
+                if state != "succeeded":
+                    sys.stderr.write(f"gpubox: {ended_line(job_id, state, exit_code)}\n")
         return code
     data = None
     if as_json:  # only then: a thousand records took 8 ms, while a cold queue's daemon starts
@@ -303,39 +303,37 @@ def wait_jobs_command(ids: Sequence[int], timeout: str | None, as_json: bool) ->
     paths = queue_paths()
     with errors():
         limit = parse_duration(timeout, zero=True) if timeout is not None else None
-    jobs, code = _wait_for("queue wait", paths, ids, limit, timeout, as_json)
+    ended, code = _wait_for("queue wait", paths, ids, limit, timeout, as_json)
     if not as_json:
-        sys.stdout.write("".join(ended_line(j) + "\n" for j in jobs))
+        sys.stdout.write("".join(ended_line(i, *end) + "\n" for i, end in ended.items()))
     return code
 
 
-def ended_line(job: Job) -> str:
-    return f"job {job.id}: {job.state}" + ("" if job.exit_code is None else f" (exit {job.exit_code})")
+def ended_line(job_id: int, state: str, exit_code: int | None) -> str:
+    return f"job {job_id}: {state}" + ("" if exit_code is None else f" (exit {exit_code})")
 
 
 def _wait_for(
     command: str, paths: Paths, ids: Sequence[int], limit: float | None, timeout: str | None, as_json: bool
-) -> tuple[list[Job], int]:
-    """Wait for the jobs to end (the JSON of `command` says how: printed here); the jobs and the
-    exit code (the first failed job's own). `limit`: seconds to wait at most, as `timeout` (the
-    option's text) gave it."""
+) -> tuple[dict[int, tuple[str, int | None]], int]:
+    """Wait for the jobs to end (the JSON of `command` says how: printed here); each job's state
+    and exit code, and the exit code (the first failed job's own). `limit`: seconds to wait at
+    most, as `timeout` (the option's text) gave it."""
     from gpubox.format import span
     from gpubox.queue.client import exit_code_for, wait_jobs, wake_daemon
-    from gpubox.queue.jobs import END_STATES
     from gpubox.queue.records import job_record
 
     with errors(), open_queue_store(paths) as store:
-        jobs_now = [store.require(job_id) for job_id in ids]  # every id, before anything starts
-        if any(job.state not in END_STATES for job in jobs_now):
-            wake_daemon(paths)  # a job only moves on while a daemon runs
-        jobs = wait_jobs(store, ids, limit, on_poll=keep_daemon(paths))
-    if jobs is None:
+        # A job only moves on while a daemon runs: woken once every id is known to exist.
+        ended = wait_jobs(store, ids, limit, on_poll=keep_daemon(paths), on_wait=lambda: wake_daemon(paths))
+        jobs = [store.require(i) for i in ids] if as_json and ended is not None else []  # whole, for the JSON
+    if ended is None:
         named = ", ".join(map(str, ids))
         said = f"job(s) {named} not ended yet (--timeout {timeout})" if limit == 0 else None
         waited = span(limit) if limit is not None else timeout  # as --timeout takes it: 1s, not a bare 1
         raise GpuboxError(said or f"timed out after {waited} waiting for job(s) {named}", ExitCode.TIMED_OUT)
-    code = exit_code_for(jobs)
+    code = exit_code_for(ended.values())
     if as_json:
         index = gpu_index(None, jobs)  # only the JSON names GPUs
         emit(command, {"jobs": [job_record(j, {}, index) for j in jobs], "exit_code": code}, True, "", code=code)
-    return jobs, code
+    return ended, code

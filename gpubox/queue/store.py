@@ -586,15 +586,15 @@ class JobStore:
         rows = self._read("SELECT count(*) FROM (SELECT 1 FROM jobs WHERE state = 'queued' LIMIT ?)", (up_to,))
         return int(rows[0][0])
 
-    def states(self, job_ids: Sequence[int]) -> dict[int, str]:
-        """The state of each of these jobs that exists: one column, for a wait on many jobs that
-        would otherwise read (and decode) every whole job at every look."""
-        found: dict[int, str] = {}
+    def ends(self, job_ids: Sequence[int]) -> dict[int, tuple[str, int | None]]:
+        """The state and exit code of each of these jobs that exists: two columns, for a wait on
+        many jobs that would otherwise read (and decode) every whole job at every look."""
+        found: dict[int, tuple[str, int | None]] = {}
         for at in range(0, len(job_ids), _IDS_PER_READ):
             chunk = job_ids[at : at + _IDS_PER_READ]
             marks = ",".join("?" * len(chunk))
-            for row in self._read(f"SELECT id, state FROM jobs WHERE id IN ({marks})", chunk):
-                found[row["id"]] = row["state"]
+            for row in self._read(f"SELECT id, state, exit_code FROM jobs WHERE id IN ({marks})", chunk):
+                found[row["id"]] = (row["state"], row["exit_code"])
         return found
 
     def stop_request(self, job_id: int) -> str | None:

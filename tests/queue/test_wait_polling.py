@@ -30,14 +30,14 @@ def test_wait_reads_again_soon_after_a_commit_and_backs_off_while_nothing_change
             writer.finish(job.id, 1, 0, "succeeded")
 
     ended = wait_jobs(reader, [job.id], None, sleep=sleep)
-    assert ended is not None and [j.state for j in ended] == ["succeeded"]
+    assert ended == {job.id: ("succeeded", 0)}
     # Quiet: ever longer sleeps, capped; the job read once, not at every look.
     assert sleeps[0] == FAST_POLL_S
     assert sleeps[:11] == sorted(sleeps[:11]) and max(sleeps) == SLOW_POLL_S
     assert sleeps[12] == FAST_POLL_S  # something committed: look again soon
-    # Its state read at the start and after each commit, none between; the whole job read to
-    # check that it exists, and once it has ended.
-    assert reads == {"states": 3, "get": 2}
+    # Its state read at the start, after each of the two commits and once more to confirm the
+    # end; none between; the whole job never.
+    assert reads == {"ends": 4, "get": 0}
     assert len(sleeps) == 14  # the end is seen at the first look after it
     reader.close()
     writer.close()
@@ -67,7 +67,7 @@ def test_wait_behind_a_long_line_looks_less_often_until_its_job_runs(tmp_path: P
             writer.finish(job.id, 1, 0, "succeeded")
 
     done = wait_jobs(reader, [job.id], None, sleep=sleep)
-    assert done is not None and [j.state for j in done] == ["succeeded"]
+    assert done == {job.id: ("succeeded", 0)}
     assert sleeps[:11] == sorted(sleeps[:11]) and sleeps[10] == SLOW_POLL_S  # commits, yet backing off
     assert sleeps[11] == FAST_POLL_S  # it runs: look again soon
     assert len(sleeps) == 13
@@ -91,7 +91,7 @@ def test_wait_in_a_short_line_looks_again_soon_after_each_commit(tmp_path: Path)
             writer.cancel(job.id)
 
     done = wait_jobs(reader, [job.id], None, sleep=sleep)
-    assert done is not None and [j.state for j in done] == ["cancelled"]
+    assert done == {job.id: ("cancelled", None)}
     assert sleeps == [FAST_POLL_S] * 6
     reader.close()
     writer.close()
@@ -99,7 +99,7 @@ def test_wait_in_a_short_line_looks_again_soon_after_each_commit(tmp_path: Path)
 
 def _count_reads(store: JobStore) -> dict[str, int]:
     """Count the store's reads of states and of whole jobs, by name."""
-    reads = {"states": 0, "get": 0}
+    reads = {"ends": 0, "get": 0}
     for name in reads:
         real = getattr(store, name)
 
@@ -111,9 +111,9 @@ def _count_reads(store: JobStore) -> dict[str, int]:
     return reads
 
 
-def test_a_wait_on_many_jobs_reads_their_states_and_each_whole_job_only_at_the_end(tmp_path: Path) -> None:
-    """`queue add --file jobs --wait` waits for a thousand jobs: a look reads the states of those
-    not seen ended yet, not every whole job (its environment decoded) at every commit."""
+def test_a_wait_on_many_jobs_reads_only_the_states_of_those_not_seen_ended(tmp_path: Path) -> None:
+    """`queue add --file jobs --wait` waits for a thousand jobs: a look reads the state and exit
+    code of those not seen ended yet, not every whole job (its environment decoded)."""
     db = tmp_path / "queue.db"
     writer = JobStore(db)
     jobs = writer.add_many([JobSpec(argv=("true",), cwd="/", env={"A": "b"}, gpus=0) for _ in range(600)])
@@ -121,19 +121,22 @@ def test_a_wait_on_many_jobs_reads_their_states_and_each_whole_job_only_at_the_e
     reader = JobStore(db)
     reads = _count_reads(reader)
     asked: list[int] = []
-    real_states = reader.states
-    reader.states = lambda wanted: (asked.append(len(wanted)), real_states(wanted))[1]  # type: ignore[method-assign]
+    real_ends = reader.ends
+    reader.ends = lambda wanted: (asked.append(len(wanted)), real_ends(wanted))[1]  # type: ignore[method-assign]
     left = iter(jobs)
 
     def sleep(seconds: float) -> None:
-        for job in [next(left) for _ in range(200)]:  # 200 end between two looks
+        for job in [next(left) for _ in range(200)]:  # 200 end between two looks, the last failing
             assert writer.mark_started(job.id, 123, (), "boot", str(tmp_path / "log"))
-            writer.finish(job.id, 1, 0, "succeeded")
+            writer.finish(job.id, 1, 3 if job.id == ids[-1] else 0, "failed" if job.id == ids[-1] else "succeeded")
 
     done = wait_jobs(reader, ids, None, sleep=sleep)
-    assert done is not None and [j.id for j in done] == ids and {j.state for j in done} == {"succeeded"}
-    assert asked == [600, 600, 400, 200]  # only those not seen ended yet are asked about
-    assert reads["get"] == 2 * len(ids)  # each checked at the start, and read whole at the end
+    assert done is not None and list(done) == ids
+    assert done[ids[-1]] == ("failed", 3) and {done[i] for i in ids[:-1]} == {("succeeded", 0)}
+    # All at the start (do they exist?), those not seen ended after each commit, all once more
+    # at the end.
+    assert asked == [600, 600, 400, 200, 600]
+    assert reads["get"] == 0
     reader.close()
     writer.close()
 
@@ -157,7 +160,7 @@ def test_a_job_put_back_in_the_queue_after_it_was_seen_ended_is_waited_for_again
         next(steps)()
 
     done = wait_jobs(reader, [first.id, second.id], None, sleep=sleep)
-    assert done is not None and [j.state for j in done] == ["cancelled", "cancelled"]
+    assert done == {first.id: ("cancelled", None), second.id: ("cancelled", None)}
     assert len(looks) == 3  # it did not return while the first was queued again
     reader.close()
     writer.close()
@@ -176,5 +179,47 @@ def test_a_job_removed_while_waited_for_is_said_once_seen(tmp_path: Path) -> Non
 
     with pytest.raises(GpuboxError, match=f"job {job.id} was removed"):
         wait_jobs(reader, [other.id, job.id], None, sleep=sleep)
+    reader.close()
+    writer.close()
+
+
+def test_a_wait_says_which_job_does_not_exist_before_it_wakes_anyone(tmp_path: Path) -> None:
+    store = JobStore(tmp_path / "queue.db")
+    job = store.add(JobSpec(argv=("true",), cwd="/", env={}, gpus=0))
+    woken: list[bool] = []
+    with pytest.raises(ValueError, match="job 99 does not exist"):
+        wait_jobs(store, [job.id, 99], None, on_wait=lambda: woken.append(True))
+    assert woken == []
+    store.close()
+
+
+def test_a_wait_on_many_jobs_looks_soon_after_commits_only_once_few_are_left(tmp_path: Path) -> None:
+    """One of the jobs waited for runs all through a stream of them: that alone does not make the
+    end near while more than SHORT_LINE are left (looking every 10 ms made the stream slower)."""
+    db = tmp_path / "queue.db"
+    writer = JobStore(db)
+    jobs = writer.add_many([JobSpec(argv=("true",), cwd="/", env={}, gpus=0) for _ in range(SHORT_LINE + 30)])
+    reader = JobStore(db)
+    left = iter(jobs)
+    running = next(left)
+    assert writer.mark_started(running.id, 123, (), "boot", str(tmp_path / "log"))
+    sleeps: list[float] = []
+
+    def sleep(seconds: float) -> None:
+        nonlocal running
+        sleeps.append(seconds)
+        for _ in range(10):  # ten end between two looks; the next one runs
+            writer.finish(running.id, 1, 0, "succeeded")
+            following = next(left, None)
+            if following is None:
+                return
+            running = following
+            assert writer.mark_started(running.id, 123, (), "boot", str(tmp_path / "log"))
+
+    done = wait_jobs(reader, [j.id for j in jobs], None, sleep=sleep)
+    assert done is not None and len(done) == len(jobs)
+    # 130, 120, ... 110 left at the first looks: backing off; 100 left from the fourth: soon.
+    assert sleeps[:3] == sorted(sleeps[:3]) and sleeps[1] > FAST_POLL_S
+    assert set(sleeps[3:]) == {FAST_POLL_S}
     reader.close()
     writer.close()
