@@ -321,12 +321,23 @@ def _wait_for(
     most, as `timeout` (the option's text) gave it."""
     from gpubox.format import span
     from gpubox.queue.client import exit_code_for, wait_jobs, wake_daemon
+    from gpubox.queue.jobs import END_STATES
     from gpubox.queue.records import job_record
 
+    jobs: list[Job] = []
     with errors(), open_queue_store(paths) as store:
-        # A job only moves on while a daemon runs: woken once every id is known to exist.
-        ended = wait_jobs(store, ids, limit, on_poll=keep_daemon(paths), on_wait=lambda: wake_daemon(paths))
-        jobs = [store.require(i) for i in ids] if as_json and ended is not None else []  # whole, for the JSON
+        while True:
+            # A job only moves on while a daemon runs: woken once every id is known to exist.
+            ended = wait_jobs(store, ids, limit, on_poll=keep_daemon(paths), on_wait=lambda: wake_daemon(paths))
+            if ended is None or not as_json:
+                break
+            # The JSON's records and its exit code from one read of the whole jobs (a retry or
+            # a clean since the wait's last look: wait again, and it says so).
+            found = [store.get(i) for i in ids]
+            jobs = [j for j in found if j is not None]
+            if len(jobs) == len(ids) and all(j.state in END_STATES for j in jobs):
+                ended = {j.id: (j.state, j.exit_code) for j in jobs}
+                break
     if ended is None:
         named = ", ".join(map(str, ids))
         said = f"job(s) {named} not ended yet (--timeout {timeout})" if limit == 0 else None

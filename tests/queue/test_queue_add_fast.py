@@ -45,6 +45,7 @@ def test_plain_command_lines_are_parsed() -> None:
         {"tag": ["a=b", "c=d"], "env": [], "gpu": [], "after": [], "gpus": 2, "as_json": True},
     )
     none: dict[str, list[str]] = {"tag": [], "env": [], "gpu": [], "after": []}
+    assert parse(["--wait", "--file", "jobs.txt"]) == ([], {**none, "wait": True, "file": "jobs.txt"})
     assert parse(["--name", "n", "--", "--weird-command"]) == (["--weird-command"], {**none, "name": "n"})
     # List options given twice add up (as Typer's path joins them).
     assert parse(["--gpu", "0", "--gpu=2", "--after", "4,5", "--after", "7", "true"]) == (

@@ -135,6 +135,18 @@ def test_add_with_no_daemon_says_the_jobs_and_that_they_wait_for_it(queue: Queue
     assert record["state"] == "queued" and record["reason"] == DAEMON_DOWN
 
 
+def test_add_wait_with_no_daemon_says_the_ids_and_fails_without_waiting(queue: QueueBox) -> None:
+    no_daemon_can_start(queue)
+    result = queue("queue", "add", "--gpus", "0", "--wait", "--", "true", timeout=30)
+    job = int(result.stdout)
+    assert (result.returncode, result.stderr) == (4, f"gpubox: {NO_DAEMON}\n")
+    assert queue.job(job)["state"] == "queued"
+    added = queue("queue", "add", "--gpus", "0", "--wait", "--json", "--", "true", timeout=30)
+    doc = envelope(added)  # the add's own document, as without --wait
+    assert added.returncode == 4 and doc["errors"] == [NO_DAEMON]
+    assert [r["state"] for r in doc["data"]["jobs"]] == ["queued"]
+
+
 def test_retry_edit_and_cancel_with_no_daemon_say_what_they_did(queue: QueueBox) -> None:
     job = queue.add("--gpus", "0", "--", "false")
     queue.wait_state(job, ("failed",), WAIT)

@@ -223,3 +223,27 @@ def test_a_wait_on_many_jobs_looks_soon_after_commits_only_once_few_are_left(tmp
     assert set(sleeps[3:]) == {FAST_POLL_S}
     reader.close()
     writer.close()
+
+
+def test_an_end_committed_while_the_wait_begins_is_seen_at_the_first_look(tmp_path: Path) -> None:
+    """The job ends between the wait's first read and its first look (here: while `on_wait` wakes
+    the daemon): a later commit must not be needed to see it."""
+    db = tmp_path / "queue.db"
+    writer = JobStore(db)
+    job = writer.add(JobSpec(argv=("true",), cwd="/", env={}, gpus=0))
+    reader = JobStore(db)
+
+    def ends_now() -> None:
+        assert writer.mark_started(job.id, 123, (), "boot", str(tmp_path / "log"))
+        writer.finish(job.id, 1, 0, "succeeded")
+
+    now = [0.0]
+
+    def sleep(seconds: float) -> None:
+        now[0] += seconds
+
+    done = wait_jobs(reader, [job.id], 5.0, clock=lambda: now[0], sleep=sleep, on_wait=ends_now)
+    assert done == {job.id: ("succeeded", 0)}
+    assert now[0] == FAST_POLL_S  # at the first look
+    reader.close()
+    writer.close()
