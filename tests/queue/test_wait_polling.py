@@ -3,6 +3,7 @@ busy and less often while it is quiet (the sleeps are recorded, not slept)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 import pytest
@@ -122,7 +123,12 @@ def test_a_wait_on_many_jobs_reads_only_the_states_of_those_not_seen_ended(tmp_p
     reads = _count_reads(reader)
     asked: list[int] = []
     real_ends = reader.ends
-    reader.ends = lambda wanted: (asked.append(len(wanted)), real_ends(wanted))[1]  # type: ignore[method-assign]
+
+    def ends(wanted: Sequence[int]) -> dict[int, tuple[str, int | None]]:
+        asked.append(len(wanted))
+        return real_ends(wanted)
+
+    reader.ends = ends  # type: ignore[method-assign,assignment]
     left = iter(jobs)
 
     def sleep(seconds: float) -> None:
@@ -146,12 +152,13 @@ def test_a_job_put_back_in_the_queue_after_it_was_seen_ended_is_waited_for_again
     writer = JobStore(db)
     first, second = writer.add_many([JobSpec(argv=("true",), cwd="/", env={}, gpus=0) for _ in range(2)])
     reader = JobStore(db)
-    steps = iter(
-        [
-            lambda: writer.cancel(first.id),  # seen ended at the next look
-            lambda: (writer.cancel(second.id), writer.requeue(first.id)),  # all ended, but first again queued
-            lambda: writer.cancel(first.id),
-        ]
+
+    def first_queued_again() -> None:
+        writer.cancel(second.id)
+        writer.requeue(first.id)  # all were seen ended, but this one is queued again
+
+    steps: Iterator[Callable[[], object]] = iter(
+        [lambda: writer.cancel(first.id), first_queued_again, lambda: writer.cancel(first.id)]
     )
     looks: list[float] = []
 
