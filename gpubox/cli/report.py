@@ -90,9 +90,9 @@ def report(
     longest, the most starved jobs, and the hours when GPUs sat unallocated while jobs waited.
 
     --by tag without --tag has one row per key=value pair (a job with two tags counts in both) and
-    one "(untagged)"; with --tag KEY, one row per value of that key, and one for jobs without it.
-    Whole hours that overlap the window count for job, kind, tag and user; by gpu, a minute the
-    window cuts counts for its part inside the window.
+    one "(untagged)"; with --tag KEY, one row per value of that key, and one "(no KEY tag)" for
+    jobs without it. Whole hours that overlap the window count for job, kind, tag and user; by
+    gpu, a minute the window cuts counts for its part inside the window.
 
     Exit codes: 0 ok, 1 no ledger yet or it cannot be read, 2 bad input, 3 no ledger and no NVML.
     """

@@ -287,8 +287,9 @@ def _keys(a: AttemptTotals, by: str, tag_key: str | None) -> list[tuple[str, dic
         return [(a.user if a.user is not None else "(unknown)", {"user": a.user})]
     if tag_key is not None:
         value = a.tags.get(tag_key)
-        tag = f"{tag_key}={value}" if value is not None else None
-        return [(tag or f"{tag_key}=(none)", {"tag": tag})]
+        if value is None:  # no "=" in its name: no tag's value can take that row (team=(none) could)
+            return [(f"(no {tag_key} tag)", {"tag": None})]
+        return [(f"{tag_key}={value}", {"tag": f"{tag_key}={value}"})]
     # an attempt with no tags has a row of its own, so the rows account for every attempt
     return [(f"{k}={v}", {"tag": f"{k}={v}"}) for k, v in sorted(a.tags.items())] or [("(untagged)", {"tag": None})]
 

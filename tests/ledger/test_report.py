@@ -69,10 +69,22 @@ def test_grouping_by_tag_each_pair_or_one_key(store: LedgerStore) -> None:
     assert pairs["team=vision"].allocated_gpu_hours == pairs["project=p1"].allocated_gpu_hours == 4.0
     assert pairs["team=vision"].cost == 12.0 and pairs["team=speech"].cost == 3.0
     by_team = rows(store, T0, T0 + 2 * H, "tag", tag_key="team")
-    assert set(by_team) == {"team=vision", "team=speech", "team=(none)"}
-    assert by_team["team=(none)"].tag is None and by_team["team=(none)"].allocated_gpu_hours == 1.0
+    assert set(by_team) == {"team=vision", "team=speech", "(no team tag)"}
+    assert by_team["(no team tag)"].tag is None and by_team["(no team tag)"].allocated_gpu_hours == 1.0
     report = build_report(store, T0, T0 + 2 * H, "tag", now=T0 + 2 * H)
     assert report.total.allocated_gpu_hours == 6.0  # overlapping tags do not count twice in the total
+
+
+def test_a_tag_whose_value_reads_none_keeps_its_own_row_apart_from_the_untagged(tmp_path: Path) -> None:
+    def scene(t: float) -> tuple[BoxSnapshot, Iterable[Allocation]]:
+        gpus = [gpu("GPU-0", 0, gpu_busy=50.0), gpu("GPU-1", 1, gpu_busy=50.0)]
+        return snap(t, gpus, []), [job(1, "GPU-0", team="(none)"), job(2, "GPU-1")]
+
+    by_team = rows(recorded(tmp_path, scene, T0, T0 + H), T0, T0 + H, "tag", tag_key="team")
+    assert {k: (r.tag, r.allocated_gpu_hours) for k, r in by_team.items()} == {
+        "team=(none)": ("team=(none)", 1.0),
+        "(no team tag)": (None, 1.0),
+    }
 
 
 def test_grouping_by_kind_and_user_with_unqueued_use(store: LedgerStore) -> None:
