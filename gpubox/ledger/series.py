@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from gpubox.ledger.queries import gpus
+from gpubox.ledger.queries import GpuInfo, gpus
 from gpubox.ledger.rollup import HOUR, MINUTE
 from gpubox.ledger.store import LedgerStore
 
@@ -66,5 +66,11 @@ def gpu_series(store: LedgerStore, since: float, until: float, step_s: int) -> t
         point = SeriesPoint(float(start), observed / _MS, allocated / _MS, busy / _MS if busy_known else None)
         points.setdefault(gpu, []).append(point)
     found = [(info[g], p) for g, p in points.items() if g in info]
-    found.sort(key=lambda item: (item[0].index if item[0].index is not None else 1 << 30, item[0].mig_instance or -1))
+    found.sort(key=lambda item: _order(item[0]))
     return tuple(GpuSeries(i.label, i.uuid, tuple(p)) for i, p in found)
+
+
+def _order(info: GpuInfo) -> tuple[int, int]:
+    """By index, a card before its instances (instance 0 too), a GPU without an index last."""
+    index = info.index if info.index is not None else 1 << 30
+    return index, info.mig_instance if info.mig_instance is not None else -1

@@ -12,6 +12,7 @@ import pytest
 from gpubox.ledger.accounting import Allocation
 from gpubox.ledger.recorder import Recorder
 from gpubox.ledger.report import build_report
+from gpubox.ledger.series import gpu_series
 from gpubox.ledger.store import LedgerStore
 from gpubox.telemetry.model import BoxSnapshot
 from tests.ledger.builders import T0, Clock, Scene, drive, gpu, job, open_store, proc, snap
@@ -74,3 +75,13 @@ def test_the_by_gpu_total_counts_a_mig_card_once(tmp_path: Path) -> None:
     assert total.energy_kwh == pytest.approx(g["0"].energy_kwh + g["1"].energy_kwh)
     assert total.energy_kwh == pytest.approx(0.46)
     assert total.pcie_tx_bytes == g["0"].pcie_tx_bytes == 100 * H
+
+
+def test_the_chart_lists_a_card_before_its_instances_instance_0_too(tmp_path: Path) -> None:
+    def scene(t: float) -> tuple[BoxSnapshot, Iterable[Allocation]]:
+        # Listed instances first, as a driver may list them: the order must come from the labels.
+        parts = [gpu("MIG-1", 0, mig_instance=1), gpu("MIG-0", 0, mig_instance=0), gpu("GPU-0", 0), gpu("GPU-1", 1)]
+        return snap(t, parts, []), []
+
+    store = recorded(tmp_path, scene)
+    assert [s.label for s in gpu_series(store, T0, T0 + H, 3600)] == ["0", "0/0", "0/1", "1"]
