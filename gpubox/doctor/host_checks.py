@@ -76,6 +76,24 @@ def shm_check(view: HostView, gpus: int, t: Thresholds) -> Check:
     id, title = "host.shm_size", "/dev/shm size"
     try:
         st = view.statvfs(str(view.shm))
+    except FileNotFoundError:
+        # shm_open makes its objects there: torch's DataLoader workers stop at their first batch
+        # ("unable to open shared memory object ... No such file or directory").
+        return Check(
+            id,
+            title,
+            HOST,
+            "fail",
+            f"{view.shm} does not exist",
+            unit="bytes",
+            meaning="DataLoader workers hand every batch to the training process through shared memory in "
+            "/dev/shm, and there is none: a DataLoader with workers stops at its first batch.",
+            fix=f"Mount one: `sudo mkdir -p {view.shm} && sudo mount -t tmpfs -o size=16G tmpfs {view.shm}`; in "
+            "a container, `--ipc=host` or `--shm-size=16g` (Kubernetes: an emptyDir with `medium: Memory` at "
+            "/dev/shm). Meanwhile DataLoader(num_workers=0) avoids it.",
+            impact=0.9,
+            evidence={"missing": True},
+        )
     except OSError as exc:
         return skipped(id, title, HOST, f"cannot read {view.shm}: {exc.strerror or exc}")
     total, free = st.f_blocks * st.f_frsize, st.f_bavail * st.f_frsize

@@ -377,10 +377,18 @@ def test_shm_sizes(tree: HostTree) -> None:
 
 def test_shm_unreadable_skips(tree: HostTree) -> None:
     def refuse(path: str) -> os.statvfs_result:
-        raise FileNotFoundError(2, "No such file or directory", path)
+        raise PermissionError(13, "Permission denied", path)
 
     check = shm_check(tree.view(statvfs=refuse), 1, T)
-    assert check.status == "skip" and "No such file or directory" in check.detail
+    assert check.status == "skip" and "Permission denied" in check.detail
+
+
+def test_a_missing_shm_fails(tree: HostTree) -> None:
+    # Nowhere for shm_open to make the workers' buffers: torch's DataLoader stops at its first batch.
+    check = shm_check(HostView(shm=tree.root / "no-shm", statvfs=os.statvfs), 1, T)
+    assert (check.status, check.impact, check.evidence) == ("fail", 0.9, {"missing": True})
+    assert check.detail == f"{tree.root / 'no-shm'} does not exist"
+    assert "mount -t tmpfs" in (check.fix or "") and "num_workers=0" in (check.fix or "")
 
 
 def test_shm_on_a_real_64_mib_tmpfs(tree: HostTree, tmp_path: Path) -> None:
