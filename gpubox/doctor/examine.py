@@ -116,7 +116,9 @@ def _examine(
     facts = _facts(nvml)
     gpu_work = any(options.wants(g) for g in ("transfer", "gpu", "pcie"))
     chosen = _chosen_gpus(options, facts) if facts.gpus else []  # a bad --gpu stops the run before any work
-    no_gpu_but_asked = bool(options.only & GPU_CATEGORIES or options.gpus is not None) and not facts.gpus
+    # --gpu asks for GPU checks only where a GPU group runs: with --only host, it has nothing to pick.
+    gpus_named = options.gpus is not None and (not options.only or bool(options.only & GPU_CATEGORIES))
+    no_gpu_but_asked = bool(options.only & GPU_CATEGORIES or gpus_named) and not facts.gpus
     torch: TorchFacts | None = None
     if options.wants("driver") or options.wants("transfer"):
         from gpubox.doctor.torch_facts import read_torch_facts

@@ -112,6 +112,14 @@ def test_gpu_groups_asked_for_on_a_box_without_gpus_exit_3(tmp_path: Path) -> No
     assert doc["data"]["benchmarks"]["transfer"][0]["error"]
 
 
+def test_a_gpu_named_for_host_checks_alone_asks_for_no_gpu(tmp_path: Path) -> None:
+    code, doc, _, err = doctor(None, tmp_path, "--json", "--only", "host", "--gpu", "0")
+    failed = any(c["status"] == "fail" for c in doc["data"]["checks"])
+    assert code == (5 if failed else 0), err
+    assert not any("GPU checks were asked for" in n for n in doc["data"]["notes"]) and doc["errors"] == []
+    assert {c["category"] for c in doc["data"]["checks"]} == {"host"}
+
+
 def test_without_gpus_the_whole_run_still_reports_the_host(tmp_path: Path) -> None:
     code, doc, _, err = doctor(None, tmp_path, "--json")
     data = doc["data"]
