@@ -54,13 +54,14 @@ class DoctorOptions:
             raise GpuboxError("--only data: name the dataset with --data PATH", ExitCode.USAGE)
         chosen: tuple[int, ...] | None = None
         if gpus is not None:
-            try:
-                # a GPU named twice is benchmarked once: twice would double the run and repeat its checks
-                chosen = tuple(dict.fromkeys(int(g) for g in gpus.split(",")))
-            except ValueError:
-                raise GpuboxError(f"--gpu: expected GPU indexes such as 0,2, got {gpus!r}", ExitCode.USAGE) from None
-            if any(g < 0 for g in chosen):
+            items = [g.strip() for g in gpus.split(",")]
+            if any(g.startswith("-") and g[1:].isascii() and g[1:].isdigit() for g in items):
                 raise GpuboxError(f"--gpu: GPU indexes start at 0, got {gpus!r}", ExitCode.USAGE)
+            # ASCII digits alone, as CUDA reads an index: int() also takes "١" (an Arabic-Indic one) and "1_0"
+            if not all(g.isascii() and g.isdigit() for g in items):
+                raise GpuboxError(f"--gpu: expected GPU indexes such as 0,2, got {gpus!r}", ExitCode.USAGE)
+            # a GPU named twice is benchmarked once: twice would double the run and repeat its checks
+            chosen = tuple(dict.fromkeys(int(g) for g in items))
         interpreter = sys.executable
         if python is not None:
             from gpubox.doctor.interpreter import check_interpreter

@@ -47,7 +47,7 @@ def _no_caching(value: str, _: _Context) -> EnvFinding | None:
 
 
 def _names_gpu(entry: str, gpus: Sequence[GpuFacts]) -> bool:
-    if entry.isdigit():
+    if entry.isascii() and entry.isdigit():  # CUDA reads ASCII digits alone: "١" names no GPU
         return int(entry) < len(gpus)
     if entry.upper().startswith("MIG-"):
         return True  # MIG instances are not in the facts: take it as valid
@@ -109,7 +109,7 @@ def _cudnn_v7(value: str, _: _Context) -> EnvFinding | None:
 
 
 def _omp_threads(value: str, ctx: _Context) -> EnvFinding | None:
-    if not value.strip().isdigit() or ctx.cpus is None:
+    if not (value.strip().isascii() and value.strip().isdigit()) or ctx.cpus is None:
         return None
     cpus = max(1, math.ceil(ctx.cpus))
     if int(value) <= 2 * cpus:

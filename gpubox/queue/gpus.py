@@ -139,7 +139,7 @@ def resolve_gpus(texts: Sequence[str], gpus: Sequence[GpuInfo]) -> tuple[str, ..
         text = raw.strip()
         if not text:
             raise ValueError("an empty GPU in the --gpu list")
-        if text.isdigit():
+        if text.isascii() and text.isdigit():  # an index as CUDA reads one: not "١", which int() takes
             match = [g for g in gpus if g.index == int(text)]
             if not match:
                 have = f"0-{len(gpus) - 1}" if gpus else "none"

@@ -164,6 +164,8 @@ def test_data_reads_are_measured_for_a_folder(tmp_path: Path) -> None:
         (["--only", ","], "--only: name at least one group"),
         (["--gpu", "x"], "--gpu: expected GPU indexes"),
         (["--gpu", "-1"], "--gpu: GPU indexes start at 0"),
+        (["--gpu", "\u0661"], "--gpu: expected GPU indexes"),  # an Arabic-Indic one: int() takes it, CUDA not
+        (["--gpu", "1_0"], "--gpu: expected GPU indexes"),
         (["--only", "transfer", "--gpu", "5"], "--gpu: no GPU 5 on this box"),
         (["--python", "/nonexistent/python3"], "--python /nonexistent/python3"),
         (["--data", "/nonexistent/dataset"], "/nonexistent/dataset"),

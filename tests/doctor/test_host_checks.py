@@ -325,6 +325,7 @@ def test_clean_environment(tree: HostTree) -> None:
         ("CUDA_VISIBLE_DEVICES", "-1", "fail"),
         ("CUDA_VISIBLE_DEVICES", "5", "fail"),
         ("CUDA_VISIBLE_DEVICES", "GPU-deadbeef", "fail"),
+        ("CUDA_VISIBLE_DEVICES", "\u0660", "fail"),  # not a digit CUDA reads: it hides every GPU
         ("CUDA_VISIBLE_DEVICES", "0,5,1", "warn"),
         ("CUDA_VISIBLE_DEVICES", "GPU-1aaa,0", "ok"),
         ("CUDA_VISIBLE_DEVICES", "MIG-3b2a1c0d-1111-2222-3333-444444444444", "ok"),
