@@ -66,12 +66,13 @@ def queue_families(depth: Mapping[tuple[str, str], int]) -> list[Metric]:
 
 
 def ledger_families(totals: Mapping[str, GpuSeconds], snap: BoxSnapshot) -> list[Metric]:
-    """The ledger knows GPUs by UUID; one that left the box since keeps its UUID, with no index or name."""
+    """The ledger knows GPUs by UUID; one that left the box since keeps the index and name the
+    ledger last saw: with other labels its counters would become a new series."""
     by_uuid = {g.uuid: g for g in snap.gpus}
     rows: list[tuple[Sequence[str], object]] = []
     for uuid, seconds in sorted(totals.items()):
         gpu = by_uuid.get(uuid)
-        rows.append(((gpu.label, uuid, gpu.name) if gpu else ("", uuid, ""), seconds))
+        rows.append(((gpu.label, uuid, gpu.name) if gpu else (seconds.label, uuid, seconds.name), seconds))
     return [_filled(spec, rows) for spec in LEDGER_METRICS]
 
 

@@ -13,6 +13,10 @@ class GpuSeconds:
     allocated_s: float | None = None  # held by a queue job
     busy_s: float | None = None
     starved_s: float | None = None  # allocated seconds times the holding job's loader_wait
+    # The GPU as the ledger last saw it ("0", or "0/3" for a MIG instance, and its name): the
+    # labels of its counters once it has left the box, so that they stay one series.
+    label: str = ""
+    name: str = ""
 
 
 LedgerTotals = Callable[[], Mapping[str, GpuSeconds]]  # GPU UUID to its totals

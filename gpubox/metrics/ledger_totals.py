@@ -25,6 +25,8 @@ def ledger_totals(path: Path) -> LedgerTotals:
                 allocated_s=u.allocated_s,
                 busy_s=u.busy_s if u.busy_known_s else None,
                 starved_s=u.starved_s if u.loader_known_s else None,
+                label=info[gpu].label if info[gpu].index is not None else "",
+                name=info[gpu].name or "",
             )
             for gpu, u in usage.items()
             if gpu in info

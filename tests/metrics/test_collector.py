@@ -126,7 +126,9 @@ def test_ledger_totals_become_counters_by_gpu() -> None:
     here = GpuSnapshot(0, GPU_UUID, "NVIDIA H100", None, gpu_busy=10.0)
     totals = {
         GPU_UUID: GpuSeconds(allocated_s=3600.0, busy_s=1800.5, starved_s=600.0),
-        "GPU-gone": GpuSeconds(allocated_s=60.0, busy_s=None, starved_s=None),  # a GPU no longer in the box
+        # GPUs no longer in the box: with the index and name the ledger last saw, and without
+        "GPU-gone": GpuSeconds(allocated_s=60.0, busy_s=None, starved_s=None, label="1", name="NVIDIA A100"),
+        "GPU-unnamed": GpuSeconds(allocated_s=30.0),
     }
     text = exposition_text(BoxCollector(ScriptedBackend([box([here])]), ledger=lambda: totals))
     found = samples(text)
@@ -134,9 +136,11 @@ def test_ledger_totals_become_counters_by_gpu() -> None:
     assert found[key("gpubox_gpu_allocated_seconds_total", labels)] == 3600.0
     assert found[key("gpubox_gpu_busy_seconds_total", labels)] == 1800.5
     assert found[key("gpubox_gpu_starved_seconds_total", labels)] == 600.0
-    gone = {"gpu": "", "uuid": "GPU-gone", "name": ""}
+    gone = {"gpu": "1", "uuid": "GPU-gone", "name": "NVIDIA A100"}
     assert found[key("gpubox_gpu_allocated_seconds_total", gone)] == 60.0
     assert key("gpubox_gpu_busy_seconds_total", gone) not in found
+    unnamed = {"gpu": "", "uuid": "GPU-unnamed", "name": ""}
+    assert found[key("gpubox_gpu_allocated_seconds_total", unnamed)] == 30.0
     assert family_types(text)["gpubox_gpu_starved_seconds"] == "counter"
 
 

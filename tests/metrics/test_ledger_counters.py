@@ -11,6 +11,7 @@ from gpubox.ledger.recorder import Recorder
 from gpubox.ledger.report import build_report
 from gpubox.ledger.store import LedgerStore
 from gpubox.metrics.catalog import LEDGER_METRICS
+from gpubox.metrics.families import ledger_families
 from gpubox.metrics.ledger_totals import ledger_totals
 from gpubox.telemetry.model import BoxSnapshot
 from tests.ledger.builders import T0, Clock, drive, gpu, job, open_store, proc, snap
@@ -57,3 +58,26 @@ def test_the_counters_match_the_report_when_a_write_straddles_a_minute(tmp_path:
     assert abs(exported.allocated_s - row.allocated_gpu_hours * 3600) < 1e-9, (exported, row)
     assert exported.busy_s is not None and row.busy_gpu_hours is not None
     assert abs(exported.busy_s - row.busy_gpu_hours * 3600) < 1e-9, (exported, row)
+
+
+def test_a_gpu_that_left_the_box_keeps_the_labels_the_ledger_saw(tmp_path: Path) -> None:
+    """Its counters stay one series: the same gpu, uuid and name labels as while it was there."""
+
+    def scene(t: float) -> tuple[BoxSnapshot, Iterable[Allocation]]:
+        parts = [gpu("GPU-0", 0, gpu_busy=50.0), gpu("GPU-1", 1, gpu_busy=50.0), gpu("MIG-a", 1, mig_instance=2)]
+        return snap(t, parts, []), [job(1, "GPU-1")]
+
+    store = open_store(tmp_path)
+    clock = Clock()
+    recorder = Recorder(store, interval_s=5, clock=clock)
+    drive(recorder, clock, scene, T0, T0 + 3600)
+    recorder.close()
+    store.close()
+    totals = ledger_totals(store.path)()
+    named = {uuid: (s.label, s.name) for uuid, s in totals.items()}
+    model = gpu("GPU-1", 1).name
+    assert named["GPU-1"] == ("1", model) and named["MIG-a"] == ("1/2", model)
+    here = snap(T0 + 3600, [gpu("GPU-0", 0)], [])  # GPU 1 has left the box
+    [allocated, *_] = ledger_families(totals, here)
+    labels = {tuple(sample.labels[k] for k in ("gpu", "uuid", "name")) for sample in allocated.samples}
+    assert ("1", "GPU-1", model) in labels and ("0", "GPU-0", gpu("GPU-0", 0).name) in labels
