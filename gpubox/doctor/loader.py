@@ -21,7 +21,7 @@ from typing import Any
 
 from gpubox.doctor.findings import DoctorReport, exit_code, make_report
 from gpubox.doctor.host_view import HostView, usable_cpus
-from gpubox.doctor.loader_checks import _pct, decide, loader_checks
+from gpubox.doctor.loader_checks import WORKERS_PER_CPU, _pct, decide, loader_checks, worker_limit
 from gpubox.doctor.thresholds import Thresholds
 from gpubox.exit_codes import ExitCode, GpuboxError
 
@@ -258,14 +258,6 @@ def parse_bench(doc: Mapping[str, Any]) -> LoaderBench:
         )
     except (KeyError, TypeError, ValueError) as exc:
         raise LoaderRunError(f"the loader benchmark printed results that cannot be read ({exc!r})") from None
-
-
-WORKERS_PER_CPU = 4  # more DataLoader workers than this per CPU only take turns on it
-
-
-def worker_limit(cpus: float) -> int:
-    """The most workers `--max-workers` may ask for with this many usable CPUs."""
-    return max(16, WORKERS_PER_CPU * math.ceil(cpus))
 
 
 def run_bench(options: LoaderOptions) -> Mapping[str, Any]:

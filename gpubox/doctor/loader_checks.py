@@ -7,6 +7,7 @@ thresholds.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -17,6 +18,7 @@ if TYPE_CHECKING:
     from gpubox.doctor.loader import LoaderBench, SettingRun
 
 SAME_RATE = 0.03  # rates this close are the same within the noise of a short measurement
+WORKERS_PER_CPU = 4  # more DataLoader workers than this per CPU only take turns on it
 MAX_SPEEDUP_WAIT = 0.99  # a wait fraction above this would promise more than can be measured
 
 
@@ -137,12 +139,25 @@ def _pct(fraction: float | None) -> float | None:
     return None if fraction is None else round(100 * fraction, 1)
 
 
+def worker_limit(cpus: float) -> int:
+    """The most workers `--max-workers` may ask for with this many usable CPUs."""
+    return max(16, WORKERS_PER_CPU * math.ceil(cpus))
+
+
 def _fix(bench: LoaderBench, v: LoaderVerdict) -> str:
     best = v.best
     if best is not None and not best.own and (v.speedup or 0.0) > 1.0:
         fix = best.setting.call()
         if best.setting.num_workers >= bench.max_workers > 0:
-            fix += f"; it was the most workers tried: try more with --max-workers {2 * bench.max_workers}"
+            # never past what --max-workers takes: the advice would be refused
+            more = min(2 * bench.max_workers, worker_limit(bench.usable_cpus))
+            if more > bench.max_workers:
+                fix += f"; it was the most workers tried: try more with --max-workers {more}"
+            else:
+                fix += (
+                    f"; it was the most workers tried, {WORKERS_PER_CPU} a usable CPU: more would take turns on "
+                    "the CPUs; give the job more CPUs"
+                )
         return fix
     return (
         "no setting tried loads faster: make each batch cheaper to produce (decode less, cache decoded "

@@ -32,7 +32,7 @@ from gpubox.doctor.loader import (
     parse_bench,
     run_bench,
 )
-from gpubox.doctor.loader_checks import decide, loader_checks
+from gpubox.doctor.loader_checks import decide, loader_checks, worker_limit
 from gpubox.doctor.thresholds import Thresholds
 from gpubox.exit_codes import ExitCode, GpuboxError
 from tests.doctor.loader_targets import ASSERT_MESSAGE, OOM_MESSAGE
@@ -560,3 +560,18 @@ def test_an_exception_whose_message_fails_is_named_by_its_type() -> None:
             raise RuntimeError("no message")
 
     assert loader_bench.error_line(Unprintable()).endswith("Unprintable")
+
+
+@pytest.mark.parametrize(
+    ("max_workers", "advice"),
+    [
+        (16, "try more with --max-workers 32"),  # 16 usable CPUs: up to 64 may be asked for
+        (40, "try more with --max-workers 64"),  # never past that: it would be refused
+        (64, "more would take turns on the CPUs; give the job more CPUs"),
+    ],
+)
+def test_the_advice_to_try_more_workers_stays_within_what_max_workers_takes(max_workers: int, advice: str) -> None:
+    runs = [run(0, 40.0, 0.6, own=True, loader=50.0), run(max_workers, 96.0, 0.02)]
+    fix = checks_of(doc(runs, max_workers=max_workers))["loader.input_bound"].fix or ""
+    assert fix.endswith(advice), fix
+    assert worker_limit(16) == 64
