@@ -53,3 +53,9 @@ def test_columns_narrows_a_piped_table() -> None:
     assert res.returncode == 0, res.stderr
     assert all(cell_len(line) <= 80 for line in res.stdout.splitlines())
     assert fmt.DASH in res.stdout and "Loader wait" in res.stdout and "Uptime" not in res.stdout
+
+
+def test_columns_that_are_not_a_width_are_ignored() -> None:
+    # A superscript 2 passes str.isdigit(), and int() refuses it: no traceback, the usual width.
+    res = run_gpubox("top", "--once", "--demo", "--no-color", "--interval", "0.05", env={"COLUMNS": "\u00b2"})
+    assert res.returncode == 0 and res.stderr == "", res.stderr

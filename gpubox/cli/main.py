@@ -32,6 +32,7 @@ def main(argv: list[str] | None = None) -> int:
             from gpubox.cli.plain import fill_closed_streams
 
             fill_closed_streams()  # before any file is opened, which would take a closed stream's fd
+            _drop_odd_sizes()
         args = sys.argv[1:] if argv is None else list(argv)
         if args == ["daemon"]:
             from gpubox.cli.daemon_run import run_daemon_plain
@@ -42,6 +43,18 @@ def main(argv: list[str] | None = None) -> int:
         if argv is None:
             die_by_sigint()
         return INTERRUPTED
+
+
+def _drop_odd_sizes() -> None:
+    """COLUMNS or LINES that is not a number of ASCII digits is dropped, as if unset: Rich reads
+    them with str.isdigit() and int(), and a superscript 2 passes the one and fails the other,
+    with a traceback."""
+    import os
+
+    for name in ("COLUMNS", "LINES"):
+        value = os.environ.get(name)
+        if value is not None and not (value.isascii() and value.isdigit()):
+            del os.environ[name]
 
 
 def die_by_sigint() -> NoReturn:

@@ -112,8 +112,8 @@ def report(
 
 
 LATEST = 253_402_300_800.0  # 10000-01-01 UTC
-_BARE_NUMBER = re.compile(r"[+-]?\d+(\.\d*)?")
-_WEEKS = re.compile(r"(\d+(?:\.\d+)?)w", re.IGNORECASE)
+_BARE_NUMBER = re.compile(r"[+-]?[0-9]+(\.[0-9]*)?")  # [0-9]: \d takes other scripts' digits too
+_WEEKS = re.compile(r"([0-9]+(?:\.[0-9]+)?)w", re.IGNORECASE)
 
 
 def parse_when(text: str, now: float, option: str) -> float:

@@ -129,7 +129,8 @@ def _top(
 def _columns() -> int | None:
     """COLUMNS from the environment, where it is a sensible width."""
     text = os.environ.get("COLUMNS", "")
-    return int(text) if text.isdigit() and 20 <= int(text) <= 1000 else None
+    # ASCII: a superscript 2 passes isdigit(), and int() refuses it
+    return int(text) if text.isascii() and text.isdigit() and 20 <= int(text) <= 1000 else None
 
 
 def _gpus(text: str, backend: TelemetryBackend) -> frozenset[str]:

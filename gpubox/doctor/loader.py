@@ -31,7 +31,7 @@ MARGIN_S = 30.0  # past the budget: the interpreter's start, worker shutdown, a 
 USAGE_KINDS = frozenset({"spec", "not_found", "not_callable", "device"})
 _NAME = r"[A-Za-z_][A-Za-z0-9_]*"
 _DOTTED = re.compile(rf"{_NAME}(\.{_NAME})*")
-_DEVICE = re.compile(r"auto|cpu|cuda(:\d+)?")
+_DEVICE = re.compile(r"auto|cpu|cuda(:[0-9]+)?")  # [0-9]: \d takes other scripts' digits too
 
 
 class LoaderUsageError(GpuboxError):

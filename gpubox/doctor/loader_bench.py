@@ -550,7 +550,7 @@ def choose_device(torch: Any, asked: str) -> tuple[Any, dict[str, Any]]:
         asked_cuda, index, reason = False, 0, "--device cpu was asked for"
     else:
         kind, _, number = asked.partition(":")
-        if kind != "cuda" or not (number or "0").isdigit():
+        if kind != "cuda" or not ((number or "0").isascii() and (number or "0").isdigit()):
             raise BenchError("device", f"--device expects auto, cpu or cuda:N, got {asked!r}")
         asked_cuda, index, reason = True, int(number or "0"), f"--device {asked} was asked for"
         if not visible:

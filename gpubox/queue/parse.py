@@ -11,14 +11,14 @@ import re
 
 from gpubox.queue.jobs import KINDS, has_control
 
-_NUMBER = r"\d+(?:\.\d+)?"
+_NUMBER = r"[0-9]+(?:\.[0-9]+)?"  # not \d, which takes other scripts' digits too
 _DURATION_RE = re.compile(rf"(?:(?P<d>{_NUMBER})d)?(?:(?P<h>{_NUMBER})h)?(?:(?P<m>{_NUMBER})m)?(?:(?P<s>{_NUMBER})s)?")
 _DURATION_UNITS = {"d": 86400, "h": 3600, "m": 60, "s": 1}
 _SIZE_RE = re.compile(rf"(?P<num>{_NUMBER})(?P<unit>[KMGT]?)(?:I?B)?")
 _SIZE_UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
 _TAG_KEY_RE = re.compile(r"[A-Za-z0-9_.\-]+")
 _ENV_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-_ID_RE = re.compile(r"\d+")
+_ID_RE = re.compile(r"[0-9]+")
 
 
 LONGEST_S = 36500 * 86400.0

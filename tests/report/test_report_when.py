@@ -54,3 +54,9 @@ def test_the_last_local_minute_of_9999_east_of_greenwich_is_in_range(monkeypatch
 def test_a_bare_number_is_refused_rather_than_guessed(text: str) -> None:
     with pytest.raises(GpuboxError, match="give a unit"):
         parse_when(text, NOW, "--since")
+
+
+@pytest.mark.parametrize("text", ["\u0661w", "\u0662h"])  # other scripts' digits: \d and float() take them
+def test_digits_are_ascii(text: str) -> None:
+    with pytest.raises(GpuboxError):
+        parse_when(text, NOW, "--since")
