@@ -116,9 +116,11 @@ def _examine(
     benchmarks: dict[str, Any] = {}
     facts = _facts(nvml)
     gpu_work = any(options.wants(g) for g in ("transfer", "gpu", "pcie"))
-    chosen = _chosen_gpus(options, facts) if facts.gpus else []  # a bad --gpu stops the run before any work
-    # --gpu asks for GPU checks only where a GPU group runs: with --only host, it has nothing to pick.
+    # --gpu asks for GPU checks only where a GPU group runs: with --only host, it has nothing to
+    # pick, on a box with GPUs or without.
     gpus_named = options.gpus is not None and (not options.only or bool(options.only & GPU_CATEGORIES))
+    # A bad --gpu stops the run before any work.
+    chosen = _chosen_gpus(options, facts) if facts.gpus and (gpus_named or options.gpus is None) else []
     no_gpu_but_asked = bool(options.only & GPU_CATEGORIES or gpus_named) and not facts.gpus
     torch: TorchFacts | None = None
     if options.wants("driver") or options.wants("transfer"):

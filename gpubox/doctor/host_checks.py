@@ -74,33 +74,17 @@ def _safely(id: str, title: str, make: Callable[[], Check]) -> Check:
 
 def shm_check(view: HostView, gpus: int, t: Thresholds) -> Check:
     id, title = "host.shm_size", "/dev/shm size"
+    fail_at, warn_at = t.shm_fail_mib * MiB, max(1, gpus) * t.shm_warn_mib_per_gpu * MiB
+    suggest = max(16, math.ceil(warn_at / GiB))
     try:
         st = view.statvfs(str(view.shm))
     except FileNotFoundError:
-        # shm_open makes its objects there: torch's DataLoader workers stop at their first batch
-        # ("unable to open shared memory object ... No such file or directory").
-        return Check(
-            id,
-            title,
-            HOST,
-            "fail",
-            f"{view.shm} does not exist",
-            unit="bytes",
-            meaning="DataLoader workers hand every batch to the training process through shared memory in "
-            "/dev/shm, and there is none: a DataLoader with workers stops at its first batch.",
-            fix=f"Mount one: `sudo mkdir -p {view.shm} && sudo mount -t tmpfs -o size=16G tmpfs {view.shm}`; in "
-            "a container, `--ipc=host` or `--shm-size=16g` (Kubernetes: an emptyDir with `medium: Memory` at "
-            "/dev/shm). Meanwhile DataLoader(num_workers=0) avoids it.",
-            impact=0.9,
-            evidence={"missing": True},
-        )
+        return _no_shm(view.shm, suggest)
     except OSError as exc:
         return skipped(id, title, HOST, f"cannot read {view.shm}: {exc.strerror or exc}")
     total, free = st.f_blocks * st.f_frsize, st.f_bavail * st.f_frsize
-    fail_at, warn_at = t.shm_fail_mib * MiB, max(1, gpus) * t.shm_warn_mib_per_gpu * MiB
     evidence = {"size_bytes": total, "free_bytes": free, "gpus": gpus, "fail_bytes": fail_at, "warn_bytes": warn_at}
     detail = f"{size(free)} free of {size(total)}" + (f" for {gpus} GPU{'s' if gpus != 1 else ''}" if gpus else "")
-    suggest = max(16, math.ceil(warn_at / GiB))
     grow = (
         f"Give the container more: `docker run --shm-size={suggest}g ...` or `--ipc=host`; Kubernetes: mount an "
         f"emptyDir with `medium: Memory` at /dev/shm. On the host itself: "
@@ -142,6 +126,30 @@ def shm_check(view: HostView, gpus: int, t: Thresholds) -> Check:
         status, impact, fix = "warn", 0.3, clean
         meaning = f"{workers} Most of it is taken already."
     return Check(id, title, HOST, status, detail, total, "bytes", meaning, fix, None, impact, evidence)
+
+
+def _no_shm(shm: Path, suggest_gib: int) -> Check:
+    """No /dev/shm, or a link to a folder that does not exist: shm_open makes its objects there, and
+    torch's DataLoader workers stop at their first batch ("unable to open shared memory object")."""
+    where, detail = shm, f"{shm} does not exist"
+    if shm.is_symlink():
+        where = Path(os.path.join(shm.parent, os.readlink(shm)))
+        detail = f"{shm} links to {where}, which does not exist"
+    return Check(
+        "host.shm_size",
+        "/dev/shm size",
+        HOST,
+        "fail",
+        detail,
+        unit="bytes",
+        meaning="DataLoader workers hand every batch to the training process through shared memory in "
+        "/dev/shm, and there is none: a DataLoader with workers stops at its first batch.",
+        fix=f"Mount one: `sudo mkdir -p {where} && sudo mount -t tmpfs -o size={suggest_gib}G tmpfs {where}`; in "
+        f"a container, `--ipc=host` or `--shm-size={suggest_gib}g` (Kubernetes: an emptyDir with `medium: "
+        "Memory` at /dev/shm). Meanwhile DataLoader(num_workers=0) avoids it.",
+        impact=0.9,
+        evidence={"missing": True},
+    )
 
 
 # --- CPUs --------------------------------------------------------------------------------------

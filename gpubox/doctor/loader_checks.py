@@ -150,13 +150,14 @@ def _fix(bench: LoaderBench, v: LoaderVerdict) -> str:
         fix = best.setting.call()
         if best.setting.num_workers >= bench.max_workers > 0:
             # never past what --max-workers takes: the advice would be refused
-            more = min(2 * bench.max_workers, worker_limit(bench.usable_cpus))
+            limit = worker_limit(bench.usable_cpus)
+            more = min(2 * bench.max_workers, limit)
             if more > bench.max_workers:
                 fix += f"; it was the most workers tried: try more with --max-workers {more}"
             else:
                 fix += (
-                    f"; it was the most workers tried, {WORKERS_PER_CPU} a usable CPU: more would take turns on "
-                    "the CPUs; give the job more CPUs"
+                    f"; it was the most workers tried, and the most --max-workers takes here ({limit}): more "
+                    f"would only take turns on the {bench.usable_cpus:g} usable CPUs, so give the job more CPUs"
                 )
         return fix
     return (

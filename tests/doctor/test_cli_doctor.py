@@ -112,8 +112,11 @@ def test_gpu_groups_asked_for_on_a_box_without_gpus_exit_3(tmp_path: Path) -> No
     assert doc["data"]["benchmarks"]["transfer"][0]["error"]
 
 
-def test_a_gpu_named_for_host_checks_alone_asks_for_no_gpu(tmp_path: Path) -> None:
-    code, doc, _, err = doctor(None, tmp_path, "--json", "--only", "host", "--gpu", "0")
+@pytest.mark.parametrize("gpus", [0, 1])
+def test_a_gpu_named_for_host_checks_alone_asks_for_no_gpu(tmp_path: Path, gpus: int) -> None:
+    # With no GPU group to run, --gpu picks nothing: the same on a box with GPUs and without.
+    box = scenarios.healthy(1) if gpus else None
+    code, doc, _, err = doctor(box, tmp_path, "--json", "--only", "host", "--gpu", "5")
     failed = any(c["status"] == "fail" for c in doc["data"]["checks"])
     assert code == (5 if failed else 0), err
     assert not any("GPU checks were asked for" in n for n in doc["data"]["notes"]) and doc["errors"] == []

@@ -4,6 +4,7 @@ lets us mount one, a fake statvfs everywhere)."""
 
 from __future__ import annotations
 
+import math
 import os
 from pathlib import Path
 from typing import Any
@@ -386,10 +387,25 @@ def test_shm_unreadable_skips(tree: HostTree) -> None:
 
 def test_a_missing_shm_fails(tree: HostTree) -> None:
     # Nowhere for shm_open to make the workers' buffers: torch's DataLoader stops at its first batch.
-    check = shm_check(HostView(shm=tree.root / "no-shm", statvfs=os.statvfs), 1, T)
+    missing = tree.root / "no-shm"
+    check = shm_check(HostView(shm=missing, statvfs=os.statvfs), 1, T)
     assert (check.status, check.impact, check.evidence) == ("fail", 0.9, {"missing": True})
-    assert check.detail == f"{tree.root / 'no-shm'} does not exist"
-    assert "mount -t tmpfs" in (check.fix or "") and "num_workers=0" in (check.fix or "")
+    assert check.detail == f"{missing} does not exist"
+    assert f"sudo mkdir -p {missing} && sudo mount -t tmpfs -o size=16G tmpfs {missing}" in (check.fix or "")
+    assert "num_workers=0" in (check.fix or "")
+    # The size it says is the one the size check asks for: more GPUs, more room.
+    many = shm_check(HostView(shm=missing, statvfs=os.statvfs), 32, T)
+    wanted = max(16, math.ceil(32 * T.shm_warn_mib_per_gpu * MiB / GiB))
+    assert wanted > 16 and f"size={wanted}G" in (many.fix or "") and f"--shm-size={wanted}g" in (many.fix or "")
+
+
+def test_a_shm_that_links_to_nothing_fails_naming_where_it_points(tree: HostTree) -> None:
+    link = tree.root / "shm-link"
+    link.symlink_to("run/shm")  # relative, as /dev/shm -> /run/shm is
+    check = shm_check(HostView(shm=link, statvfs=os.statvfs), 1, T)
+    target = tree.root / "run" / "shm"
+    assert check.status == "fail" and check.detail == f"{link} links to {target}, which does not exist"
+    assert f"sudo mkdir -p {target} && sudo mount" in (check.fix or "")
 
 
 def test_shm_on_a_real_64_mib_tmpfs(tree: HostTree, tmp_path: Path) -> None:

@@ -178,7 +178,8 @@ def test_a_bad_target_is_a_usage_error(target: str, words: str) -> None:
 
 def test_bad_options_are_usage_errors() -> None:
     target = f"{TARGETS}:slow"
-    for kwargs in ({"device": "gpu0"}, {"max_workers": -1}, {"python": "/no/such/python"}):
+    bad = ({"device": "gpu0"}, {"device": "cuda:\u0661"}, {"max_workers": -1}, {"python": "/no/such/python"})
+    for kwargs in bad:  # (cuda: and an Arabic-Indic 1, which \d and int() take)
         with pytest.raises(GpuboxError) as caught:
             LoaderOptions.parse(target, **kwargs)
         assert caught.value.code == ExitCode.USAGE, kwargs
@@ -563,15 +564,20 @@ def test_an_exception_whose_message_fails_is_named_by_its_type() -> None:
 
 
 @pytest.mark.parametrize(
-    ("max_workers", "advice"),
+    ("usable", "max_workers", "advice"),
     [
-        (16, "try more with --max-workers 32"),  # 16 usable CPUs: up to 64 may be asked for
-        (40, "try more with --max-workers 64"),  # never past that: it would be refused
-        (64, "more would take turns on the CPUs; give the job more CPUs"),
+        (16, 16, "try more with --max-workers 32"),  # 16 usable CPUs: up to 64 may be asked for
+        (16, 40, "try more with --max-workers 64"),  # never past that: it would be refused
+        (16, 64, "the most --max-workers takes here (64): more would only take turns on the 16 usable CPUs"),
+        (2, 16, "the most --max-workers takes here (16): more would only take turns on the 2 usable CPUs"),
     ],
 )
-def test_the_advice_to_try_more_workers_stays_within_what_max_workers_takes(max_workers: int, advice: str) -> None:
+def test_the_advice_to_try_more_workers_stays_within_what_max_workers_takes(
+    usable: int, max_workers: int, advice: str
+) -> None:
     runs = [run(0, 40.0, 0.6, own=True, loader=50.0), run(max_workers, 96.0, 0.02)]
-    fix = checks_of(doc(runs, max_workers=max_workers))["loader.input_bound"].fix or ""
-    assert fix.endswith(advice), fix
-    assert worker_limit(16) == 64
+    d = doc(runs, max_workers=max_workers)
+    d["cpus"]["usable"] = usable
+    fix = checks_of(d)["loader.input_bound"].fix or ""
+    assert advice in fix and fix.endswith(("--max-workers 32", "--max-workers 64", "give the job more CPUs")), fix
+    assert (worker_limit(16), worker_limit(2)) == (64, 16)
