@@ -170,4 +170,5 @@ def free_hours(
 
 
 def _label_order(label: str) -> tuple[int, ...]:
-    return tuple(int(p) if p.isdigit() else -1 for p in label.split("/"))
+    # A GPU without an index ("?") last, as the chart and the table place it.
+    return tuple(int(p) if p.isascii() and p.isdigit() else 1 << 30 for p in label.split("/"))

@@ -216,3 +216,9 @@ def test_a_window_before_the_ledger_begins_says_so(store: LedgerStore) -> None:
     assert any(n.startswith("the ledger begins at ") for n in notes(before))
     inside = build_report(store, T0, T0 + H, "gpu", now=T0 + 2 * H)
     assert not any(n.startswith("the ledger begins") for n in notes(inside))
+
+
+def test_unallocated_hours_list_a_gpu_without_an_index_last_as_the_chart_does() -> None:
+    from gpubox.ledger.findings import _label_order
+
+    assert sorted(["?", "1", "0/2", "10", "0"], key=_label_order) == ["0", "0/2", "1", "10", "?"]
