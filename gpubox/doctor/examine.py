@@ -57,7 +57,7 @@ class DoctorOptions:
             items = [g.strip() for g in gpus.split(",")]
             if any(g.startswith("-") and g[1:].isascii() and g[1:].isdigit() for g in items):
                 raise GpuboxError(f"--gpu: GPU indexes start at 0, got {gpus!r}", ExitCode.USAGE)
-            # ASCII digits alone, as CUDA reads an index: int() also takes "١" (an Arabic-Indic one) and "1_0"
+            # ASCII digits alone, as CUDA reads an index: int() also takes other scripts' digits and "1_0"
             if not all(g.isascii() and g.isdigit() for g in items):
                 raise GpuboxError(f"--gpu: expected GPU indexes such as 0,2, got {gpus!r}", ExitCode.USAGE)
             # a GPU named twice is benchmarked once: twice would double the run and repeat its checks
