@@ -51,9 +51,11 @@ def _drop_odd_sizes() -> None:
     with a traceback."""
     import os
 
+    from gpubox.digits import ascii_int
+
     for name in ("COLUMNS", "LINES"):
         value = os.environ.get(name)
-        if value is not None and not (value.isascii() and value.isdigit()):
+        if value is not None and ascii_int(value) is None:
             del os.environ[name]
 
 

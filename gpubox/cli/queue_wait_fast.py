@@ -10,6 +10,7 @@ run the same command (`wait_jobs_command`).
 from __future__ import annotations
 
 from gpubox.cli.plain import run_plain
+from gpubox.digits import ascii_int
 
 
 def parse(args: list[str]) -> tuple[list[int], str | None, bool] | None:
@@ -20,8 +21,8 @@ def parse(args: list[str]) -> tuple[list[int], str | None, bool] | None:
     i = 0
     while i < len(args):
         arg = args[i]
-        if arg.isascii() and arg.isdigit():
-            ids.append(int(arg))
+        if (job_id := ascii_int(arg)) is not None:
+            ids.append(job_id)
         elif arg == "--json":
             as_json = True
         elif arg.startswith("--timeout="):

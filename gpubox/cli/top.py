@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from gpubox.cli.output import console, fail, print_json, print_json_failure
+from gpubox.digits import ascii_int
 from gpubox.exit_codes import ExitCode, GpuboxError
 
 if TYPE_CHECKING:  # imported when `top` runs, so that other commands do not pay for them
@@ -129,8 +130,8 @@ def _top(
 def _columns() -> int | None:
     """COLUMNS from the environment, where it is a sensible width."""
     text = os.environ.get("COLUMNS", "")
-    # ASCII: a superscript 2 passes isdigit(), and int() refuses it
-    return int(text) if text.isascii() and text.isdigit() and 20 <= int(text) <= 1000 else None
+    width = ascii_int(text)
+    return width if width is not None and 20 <= width <= 1000 else None
 
 
 def _gpus(text: str, backend: TelemetryBackend) -> frozenset[str]:

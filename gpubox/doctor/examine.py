@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from gpubox.digits import ascii_int
 from gpubox.doctor.findings import NO_GPU_NOTE, DoctorReport, exit_code, make_report
 from gpubox.doctor.guard import TimedOut, guarded, within
 from gpubox.doctor.model import CATEGORIES, GPU_CATEGORIES, Check, LinkSample, SystemFacts
@@ -55,13 +56,13 @@ class DoctorOptions:
         chosen: tuple[int, ...] | None = None
         if gpus is not None:
             items = [g.strip() for g in gpus.split(",")]
-            if any(g.startswith("-") and g[1:].isascii() and g[1:].isdigit() for g in items):
+            if any(g.startswith("-") and ascii_int(g[1:]) is not None for g in items):
                 raise GpuboxError(f"--gpu: GPU indexes start at 0, got {gpus!r}", ExitCode.USAGE)
-            # ASCII digits alone, as CUDA reads an index: int() also takes other scripts' digits and "1_0"
-            if not all(g.isascii() and g.isdigit() for g in items):
+            indexes = [ascii_int(g) for g in items]  # as CUDA reads an index
+            if None in indexes:
                 raise GpuboxError(f"--gpu: expected GPU indexes such as 0,2, got {gpus!r}", ExitCode.USAGE)
             # a GPU named twice is benchmarked once: twice would double the run and repeat its checks
-            chosen = tuple(dict.fromkeys(int(g) for g in items))
+            chosen = tuple(dict.fromkeys(i for i in indexes if i is not None))
         interpreter = sys.executable
         if python is not None:
             from gpubox.doctor.interpreter import check_interpreter

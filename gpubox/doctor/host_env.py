@@ -7,6 +7,7 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from gpubox.digits import ascii_int
 from gpubox.doctor.host_view import HostView, UsableCpus
 from gpubox.doctor.model import Check, GpuFacts, Status, SystemFacts
 
@@ -47,8 +48,9 @@ def _no_caching(value: str, _: _Context) -> EnvFinding | None:
 
 
 def _names_gpu(entry: str, gpus: Sequence[GpuFacts]) -> bool:
-    if entry.isascii() and entry.isdigit():  # CUDA reads ASCII digits alone: "١" names no GPU
-        return int(entry) < len(gpus)
+    index = ascii_int(entry)  # CUDA reads ASCII digits alone
+    if index is not None:
+        return index < len(gpus)
     if entry.upper().startswith("MIG-"):
         return True  # MIG instances are not in the facts: take it as valid
     # CUDA takes a UUID or a prefix of one, with its "GPU-"
@@ -109,10 +111,11 @@ def _cudnn_v7(value: str, _: _Context) -> EnvFinding | None:
 
 
 def _omp_threads(value: str, ctx: _Context) -> EnvFinding | None:
-    if not (value.strip().isascii() and value.strip().isdigit()) or ctx.cpus is None:
+    threads = ascii_int(value.strip())
+    if threads is None or ctx.cpus is None:
         return None
     cpus = max(1, math.ceil(ctx.cpus))
-    if int(value) <= 2 * cpus:
+    if threads <= 2 * cpus:
         return None
     per_process = max(1, math.floor(ctx.cpus / max(1, len(ctx.gpus))))
     what = (

@@ -13,6 +13,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
+from gpubox.digits import ascii_int
 from gpubox.ledger.queries import (
     AttemptTotals,
     GpuInfo,
@@ -171,4 +172,4 @@ def free_hours(
 
 def _label_order(label: str) -> tuple[int, ...]:
     # A GPU without an index ("?") last, as the chart and the table place it.
-    return tuple(int(p) if p.isascii() and p.isdigit() else 1 << 30 for p in label.split("/"))
+    return tuple(n if (n := ascii_int(p)) is not None else 1 << 30 for p in label.split("/"))

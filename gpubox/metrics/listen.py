@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from gpubox.digits import ascii_int
+
 DEFAULT_LISTEN = "127.0.0.1:9400"  # this box only; DCGM's exporter defaults to 9400 too: move one to run both
 
 
@@ -37,9 +39,9 @@ def parse_listen(text: str) -> ListenAddress:
             raise ValueError(f"--listen {text!r}: put an IPv6 address in brackets, like [::1]:9400")
     if sep != ":" or not port_text:
         raise ValueError(f"--listen {text!r} has no port ({example})")
-    if not (port_text.isascii() and port_text.isdigit()):
+    port = ascii_int(port_text)
+    if port is None:
         raise ValueError(f"--listen {text!r}: {port_text!r} is not a port number ({example})")
-    port = int(port_text)
     if not 1 <= port <= 65535:
         raise ValueError(f"--listen {text!r}: port {port} is out of range (1-65535)")
     return ListenAddress(host or "0.0.0.0", port)

@@ -12,6 +12,8 @@ from collections.abc import Callable, Mapping, Sequence
 from contextlib import suppress
 from dataclasses import dataclass
 
+from gpubox.digits import ascii_int
+
 TYPE_CHECKING = False  # typing's import (4 ms) is not needed at run time
 if TYPE_CHECKING:
     from typing import Any
@@ -139,8 +141,9 @@ def resolve_gpus(texts: Sequence[str], gpus: Sequence[GpuInfo]) -> tuple[str, ..
         text = raw.strip()
         if not text:
             raise ValueError("an empty GPU in the --gpu list")
-        if text.isascii() and text.isdigit():  # an index as CUDA reads one: not "١", which int() takes
-            match = [g for g in gpus if g.index == int(text)]
+        index = ascii_int(text)  # an index as CUDA reads one; anything else is a UUID or a prefix
+        if index is not None:
+            match = [g for g in gpus if g.index == index]
             if not match:
                 have = f"0-{len(gpus) - 1}" if gpus else "none"
                 raise ValueError(f"no GPU {text} on this box (GPUs: {have})")

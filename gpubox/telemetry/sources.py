@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterable
 
+from gpubox.digits import ascii_int
 from gpubox.telemetry.backend import TelemetryBackend
 from gpubox.telemetry.model import BoxSnapshot, GpuId, GpuSnapshot
 
@@ -47,11 +48,12 @@ def parse_gpu_selection(text: str, gpus: Iterable[GpuId | GpuSnapshot]) -> froze
     for part in (p.strip() for p in text.split(",")):
         if not part:
             continue
-        if part.isascii() and part.isdigit():
-            if int(part) not in indices:
+        index = ascii_int(part)
+        if index is not None:
+            if index not in indices:
                 have = ", ".join(map(str, indices)) or "none"
                 raise ValueError(f"no GPU {part} on this box (GPUs: {have})")
-            chosen |= {g.uuid for g in gpus if g.index == int(part)}
+            chosen |= {g.uuid for g in gpus if g.index == index}
             continue
         matches = [g for g in gpus if g.uuid.lower().startswith(part.lower())]
         if len(matches) != 1:
