@@ -48,6 +48,7 @@ from gpubox.queue.layout import (
 )
 from gpubox.queue.schedule import Plan, QueueConfig, gpu_count_of, plan_pass
 from gpubox.queue.spares import SparePool
+from gpubox.queue.spawner import EarlyStart, Spawner
 from gpubox.queue.store import QUEUE, JobStore, file_identity
 from gpubox.telemetry.devices import nvidia_devices_present
 
@@ -126,10 +127,13 @@ class Daemon:
         clock: Callable[[], float] = time.time,
         log: Callable[[str], None] | None = None,
         recording: Callable[[Daemon], Any] | None = None,
+        early: EarlyStart | None = None,
     ) -> None:
         """`recording(daemon)`: the ledger's sampler (start(), stop()), which runs beside the queue in
-        a thread and reads `daemon.running`, `daemon.waiting` and `daemon.log`."""
+        a thread and reads `daemon.running`, `daemon.waiting` and `daemon.log`. `early`: the
+        supervisor spawner, started before this module was imported; `run` takes it over."""
         self.paths = paths
+        self._early = early
         self.recording = recording
         # For the ledger: the running jobs after the last pass (None before the first pass, when they
         # are unknown and the ledger records nothing) and why each queued job waits.
@@ -248,25 +252,45 @@ class Daemon:
             self._lock_file = (lock_stat.st_dev, lock_stat.st_ino)
             wake_r, wake_w = _pipe(held)
             # Supervisors write "<job> <attempt>" here once the exit record is on disk.
-            done_r, self._done_w = _pipe(held)
+            spawner: Spawner | None = None
+            if self._early is not None:
+                done_r, self._done_w, spawner = self._early.hand_over()
+                held.callback(os.close, done_r)
+                held.callback(os.close, self._done_w)
+                held.callback(spawner.close)  # (closed before the pipe it was given)
+            else:
+                done_r, self._done_w = _pipe(held)
             sel = held.enter_context(selectors.DefaultSelector())
-            self._run_loop(store, sel, wake_r, wake_w, done_r)
+            self._run_loop(store, sel, wake_r, wake_w, done_r, spawner)
         self.log("stopped; running jobs go on under their supervisors")
         return 0 if self._gone is None else int(ExitCode.FAILED)
 
-    def _run_loop(self, store: JobStore, sel: selectors.BaseSelector, wake_r: int, wake_w: int, done_r: int) -> None:
+    def _run_loop(
+        self,
+        store: JobStore,
+        sel: selectors.BaseSelector,
+        wake_r: int,
+        wake_w: int,
+        done_r: int,
+        spawner: Spawner | None = None,
+    ) -> None:
         """Listen and run the loop; on the way out, send the supervisors off and stop listening."""
         listening: tuple[int, int] | None = None
         listener: socket.socket | None = None
         old_handlers: dict[signal.Signals, Any] = {}
-        self.pool = SparePool(self._done_w, sel, SPARES)
+        self.pool = SparePool(self._done_w, sel, SPARES, spawner)
         try:
-            # The spawner (a Python of its own) starts while this one gets ready: the first job
-            # of a cold queue waits for both. A daemon is mostly started for jobs just added.
+            # The spawner (a Python of its own) starts while this one gets ready, if it was not
+            # started before (EarlyStart): the first job of a cold queue waits for both. A daemon
+            # is mostly started for jobs just added.
+            failure = self._early.failure if self._early is not None else None
             try:
-                self.pool.warm()
+                if failure is None:
+                    self.pool.warm()
             except OSError as exc:  # a process limit, say: a start asks again
-                self.log(f"could not start the supervisor spawner: {exc}; trying again when a job starts")
+                failure = exc
+            if failure is not None:
+                self.log(f"could not start the supervisor spawner: {failure}; trying again when a job starts")
             if store.any_queued():
                 self._keep_spare(True)
             listener = self._listen()

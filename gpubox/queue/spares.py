@@ -12,12 +12,15 @@ import socket
 from contextlib import suppress
 
 from gpubox.queue import supervise
-from gpubox.queue.zygote import Spawner
+from gpubox.queue.spawner import Spawner
 
 
 class SparePool:
-    def __init__(self, done_w: int, selector: selectors.BaseSelector, size: int) -> None:
-        self.spawner = Spawner(done_w)
+    def __init__(
+        self, done_w: int, selector: selectors.BaseSelector, size: int, spawner: Spawner | None = None
+    ) -> None:
+        """`spawner`: one started already on `done_w` (spawner.EarlyStart), or None to start one."""
+        self.spawner = spawner if spawner is not None else Spawner(done_w)
         self.selector = selector
         self.size = size
         self.ready: list[supervise.Spare] = []
@@ -40,7 +43,7 @@ class SparePool:
         """Start the spawner now, without asking for a spare: a Python takes a while to start."""
         if self.spawner.proc is None:
             self.spawner.start()
-            self._watch()
+        self._watch()
 
     def _ask(self) -> None:
         try:

@@ -98,15 +98,15 @@ def test_a_job_that_never_ran_is_queued_again_when_its_end_comes_from_the_exit_r
 
 SPAWNER_FAILS_ONCE = r"""
 import sys
-import gpubox.queue.zygote as zygote
-real = zygote.Spawner.start
+import gpubox.queue.spawner as spawner
+real = spawner.Spawner.start
 calls = []
 def start(self):
     calls.append(1)
     if len(calls) == 1:
         raise BlockingIOError(11, "Resource temporarily unavailable")  # a process limit, say
     return real(self)
-zygote.Spawner.start = start
+spawner.Spawner.start = start
 sys.argv = ["gpubox", "daemon"]
 from gpubox.cli.main import main
 raise SystemExit(main())

@@ -20,7 +20,7 @@ import pytest
 
 from gpubox.queue import proctree, supervise, zygote
 from gpubox.queue.jobs import JobSpec
-from gpubox.queue.zygote import Spawner
+from gpubox.queue.spawner import _PYTHON, Spawner
 from tests.queue.conftest import QueueBox, blocked_in, wait_until
 
 
@@ -263,7 +263,7 @@ def test_the_spawner_puts_gpubox_after_the_standard_library(tmp_path: Path) -> N
         "    print(enum.__file__, sys.path.index(sys.argv[1]) == len(sys.path) - 1, '' in sys.path, argv)\n"
         "    return 0\n"
     )
-    result = subprocess.run([*zygote._PYTHON, str(tmp_path), "3", "4"], capture_output=True, text=True, cwd=tmp_path)
+    result = subprocess.run([*_PYTHON, str(tmp_path), "3", "4"], capture_output=True, text=True, cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     where, last, cwd_on_path, argv = result.stdout.split(" ", 3)
     assert not where.startswith(str(tmp_path)) and (last, cwd_on_path) == ("True", "False")
@@ -276,7 +276,7 @@ def test_the_spawner_imports_no_typing() -> None:
     root = str(Path(zygote.__file__).resolve().parent.parent.parent)
     probe = "import sys; sys.path[:] = [p for p in sys.path if p] + [sys.argv[1]]; import gpubox.queue.zygote"
     result = subprocess.run(
-        [zygote._PYTHON[0], "-S", "-X", "importtime", "-c", probe, root], capture_output=True, text=True, cwd="/"
+        [_PYTHON[0], "-S", "-X", "importtime", "-c", probe, root], capture_output=True, text=True, cwd="/"
     )
     assert result.returncode == 0, result.stderr
     imported = {line.split("|")[-1].strip() for line in result.stderr.splitlines() if line.startswith("import time:")}
