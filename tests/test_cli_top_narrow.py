@@ -59,3 +59,10 @@ def test_columns_that_are_not_a_width_are_ignored() -> None:
     # A superscript 2 passes str.isdigit(), and int() refuses it: no traceback, the usual width.
     res = run_gpubox("top", "--once", "--demo", "--no-color", "--interval", "0.05", env={"COLUMNS": "\u00b2"})
     assert res.returncode == 0 and res.stderr == "", res.stderr
+
+
+def test_columns_that_are_not_a_width_still_reach_what_gpubox_runs() -> None:
+    # Taken out of gpubox's own environment for Rich's sake, but the user's: `gpubox run` passes it on.
+    res = run_gpubox("run", "sh", "-c", 'printf "%s|%s" "$COLUMNS" "$LINES"', env={"COLUMNS": "\u00b2", "LINES": "x"})
+    assert res.returncode == 0, res.stderr
+    assert res.stdout == "\u00b2|x"

@@ -32,7 +32,9 @@ def main(argv: list[str] | None = None) -> int:
             from gpubox.cli.plain import fill_closed_streams
 
             fill_closed_streams()  # before any file is opened, which would take a closed stream's fd
-            _drop_odd_sizes()
+            from gpubox.cli.user_env import drop_odd_sizes
+
+            drop_odd_sizes()  # before Rich reads them
         args = sys.argv[1:] if argv is None else list(argv)
         if args == ["daemon"]:
             from gpubox.cli.daemon_run import run_daemon_plain
@@ -43,20 +45,6 @@ def main(argv: list[str] | None = None) -> int:
         if argv is None:
             die_by_sigint()
         return INTERRUPTED
-
-
-def _drop_odd_sizes() -> None:
-    """COLUMNS or LINES that is not a number of ASCII digits is dropped, as if unset: Rich reads
-    them with str.isdigit() and int(), and a superscript 2 passes the one and fails the other,
-    with a traceback."""
-    import os
-
-    from gpubox.digits import ascii_int
-
-    for name in ("COLUMNS", "LINES"):
-        value = os.environ.get(name)
-        if value is not None and ascii_int(value) is None:
-            del os.environ[name]
 
 
 def die_by_sigint() -> NoReturn:

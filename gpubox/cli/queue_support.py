@@ -224,6 +224,7 @@ def add_jobs(
 
 def _store_jobs(command: Sequence[str] | None, opts: AddOptions, file: Path | None) -> tuple[list[Job], Paths, bool]:
     """The jobs of `queue add`, stored; the paths; whether a daemon was started for them."""
+    from gpubox.cli.user_env import user_environment
     from gpubox.queue.client import start_daemon_early
     from gpubox.queue.jobs import KINDS, check_spec
     from gpubox.queue.submit import GpuLookup, SpecBuilder, build_spec, check_options, job_file_text, parse_job_file
@@ -235,7 +236,7 @@ def _store_jobs(command: Sequence[str] | None, opts: AddOptions, file: Path | No
             raise GpuboxError("the current directory no longer exists; give --cwd", ExitCode.USAGE) from None
         base_cwd = "/"
     lookup = GpuLookup(box_gpus)
-    base_env = dict(os.environ)
+    base_env = user_environment()
     paths = queue_paths()
     with errors():
         check_options(opts)

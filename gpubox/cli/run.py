@@ -37,10 +37,11 @@ def run(
     follow its name without `--`, as in `gpubox run python train.py --lr 3`. A command that is
     not found exits 127, one that cannot be run 126, as in a shell.
     """
+    from gpubox.cli.user_env import user_environment
     from gpubox.probe.launch import LaunchError, exec_with_probe
 
     try:
-        exec_with_probe([cmd, *(args or [])])
+        exec_with_probe([cmd, *(args or [])], user_environment())
     except LaunchError as exc:
         from gpubox.format import one_line
 

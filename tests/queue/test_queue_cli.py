@@ -561,3 +561,17 @@ def test_add_wait_that_cannot_add_waits_for_nothing(queue: QueueBox) -> None:
     assert (result.returncode, result.stdout) == (2, "")
     assert "kind" in result.stderr and len(result.stderr.splitlines()) == 1
     assert queue.rows() == []
+
+
+@pytest.mark.parametrize("how", [(), ("--json",), ("--name", "typer")])
+def test_odd_terminal_sizes_are_captured_with_the_job(queue: QueueBox, how: tuple[str, ...]) -> None:
+    """COLUMNS or LINES that Rich cannot read is taken out of gpubox's own environment, but it
+    is the user's: the job gets it, as any other variable of theirs (the fast path and Typer's)."""
+    sizes = {"COLUMNS": "\u00b2", "LINES": "x"}
+    script = 'printf "%s|%s" "$COLUMNS" "$LINES"'
+    result = queue("queue", "add", "--gpus", "0", *how, "--", "sh", "-c", script, env=sizes)
+    assert result.returncode == 0, result.stderr
+    job = json.loads(result.stdout)["data"]["jobs"][0]["id"] if how == ("--json",) else int(result.stdout)
+    wait_ok(queue, job)
+    (attempt,) = show(queue, job)["attempts"]
+    assert Path(attempt["stdout"]).read_text() == "\u00b2|x"
