@@ -357,7 +357,10 @@ class Daemon:
                     if key.data == "listen":
                         self._accept(listener, store)
                     elif key.data == "spawner" and self.pool is not None:
-                        self.pool.on_readable(wanted=bool(self.reasons))
+                        # Before the first pass, a spare was asked for only because jobs were
+                        # queued: kept for the first of them (sent away, a cold queue's first
+                        # job waited for the pass and then for another spare's fork).
+                        self.pool.on_readable(wanted=bool(self.reasons) or not self._planned)
                         self._arm(store)
                     elif key.data == "done":
                         pending += _drain(done_r)

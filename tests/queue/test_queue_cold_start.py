@@ -7,6 +7,8 @@ from __future__ import annotations
 import errno
 import fcntl
 import os
+import select
+import socket
 import sqlite3
 import subprocess
 import sys
@@ -26,6 +28,7 @@ from gpubox.paths import Paths, resolve_paths
 from gpubox.queue.daemon import Daemon
 from gpubox.queue.layout import db_path
 from gpubox.queue.schedule import QueueConfig
+from gpubox.queue.spawner import EarlyStart
 from gpubox.queue.store import JobSpec, JobStore
 from gpubox.queue.submit import AddOptions, SpecBuilder
 from gpubox.queue.wire import poke
@@ -527,3 +530,42 @@ def _running(pid: int) -> bool:
     except OSError:
         return False
     return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+def test_a_spare_that_comes_before_the_first_pass_runs_the_first_job(tmp_path: Path) -> None:
+    """The daemon asks for a spare at start when jobs are queued; one that arrives before its
+    first pass has planned is kept for the first job, not sent away for another fork."""
+    base = tmp_path / "box"
+    paths = resolve_paths(
+        {"HOME": str(base), "GPUBOX_STATE_DIR": str(base / "state"), "GPUBOX_RUNTIME_DIR": str(base / "run")}
+    )
+    store = JobStore(db_path(paths))
+    go = tmp_path / "go"
+    (job,) = store.add_many(
+        [JobSpec(argv=("sh", "-c", f"while [ ! -e {go} ]; do sleep 0.02; done"), cwd="/", gpus=0, probe=False)]
+    )
+    early = EarlyStart()
+    spawner = early.spawner
+    assert spawner is not None and spawner.control is not None and early.failure is None
+    spawner.ask()  # as the daemon does for queued jobs: here, answered before the daemon runs
+    ready, _, _ = select.select([spawner.control], [], [], HANG)
+    assert ready, "the spawner did not answer"
+    first_spare = int(spawner.control.recv(64, socket.MSG_PEEK).split()[0])
+    daemon = Daemon(paths, QueueConfig(poll_interval_s=60.0), gpu_source=NoGpus(), log=lambda line: None, early=early)
+
+    def stop_when_running() -> None:
+        try:
+            wait_until(lambda: store.get(job.id).state == "running", HANG, "the job to start")  # type: ignore[union-attr]
+        finally:
+            daemon._stop = True
+            poke(daemon.socket_path)
+
+    watcher = threading.Thread(target=stop_when_running)
+    watcher.start()
+    try:
+        daemon.run()
+    finally:
+        watcher.join(HANG)
+        go.touch()
+        early.close()
+    assert store.get(job.id).pid == first_spare  # type: ignore[union-attr]
