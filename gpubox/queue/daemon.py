@@ -103,6 +103,7 @@ class _Armed:
 
     guess: _Guess
     spare: supervise.Spare
+    log_prefix: str  # the launch's, kept for the start it is recorded with (Path joins on the way cost)
 
 
 def boot_id(env: dict[str, str] | None = None) -> str:
@@ -657,7 +658,7 @@ class Daemon:
         armed = self._armed
         if armed is None or job_id in armed.guess.not_after or store.writes != armed.guess.writes:
             return False
-        guess, spare = armed.guess, armed.spare
+        guess, spare, prefix = armed.guess, armed.spare, armed.log_prefix
         nxt = guess.job
         started = False
         with store.transaction():
@@ -670,8 +671,7 @@ class Daemon:
             asked = ended is not None and ended[1] is not None
             if ended is not None and ended[0] in END_STATES:  # not back in the queue
                 # No `expect`: nobody else committed since the job was read, so its spec is the one read.
-                prefix = attempt_prefix(self.logs_dir, nxt.id, nxt.attempt + 1)
-                started = store.mark_started(nxt.id, spare.pid, (), self.boot, str(prefix), pid_start=spare.pid_start)
+                started = store.mark_started(nxt.id, spare.pid, (), self.boot, prefix, pid_start=spare.pid_start)
         reuse = ended is not None and _keeps(outcome, asked)
         if not started:
             if ended is not None:
@@ -905,7 +905,7 @@ class Daemon:
             return
         old = armed.guess.job
         if guess is not None and (guess.job.id, guess.job.attempt, guess.job.spec) == (old.id, old.attempt, old.spec):
-            self._armed = _Armed(guess, armed.spare)
+            self._armed = _Armed(guess, armed.spare, armed.log_prefix)
         else:
             self._disarm()
 
@@ -928,13 +928,14 @@ class Daemon:
         spare = self.pool.take_ready()
         if spare is None:
             return  # armed when the spawner sends one
+        launch = self._launch(guess.job, ())
         try:
-            supervise.prepare(spare, self._launch(guess.job, ()))
+            supervise.prepare(spare, launch)
         except OSError:
             return  # that spare died; the next one is asked for below
         finally:
             self._keep_spare(True)
-        self._armed = _Armed(guess, spare)
+        self._armed = _Armed(guess, spare, str(launch.log_prefix))
 
     def _launch(self, job: Job, gpu_uuids: tuple[str, ...]) -> supervise.Launch:
         attempt = job.attempt + 1

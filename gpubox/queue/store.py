@@ -435,7 +435,7 @@ class JobStore:
         """Move a queued job to running; False when it is not queued (another caller won), or,
         with `expect`, when its spec is no longer that one (it was edited meanwhile)."""
         now = self._clock()
-        uuids = json.dumps(list(gpu_uuids))
+        uuids = json.dumps(list(gpu_uuids)) if gpu_uuids else "[]"  # (a CPU-only job's, on the way between two)
         same = "" if expect is None else " AND spec = ?"
         with self._write() as db:
             cur = db.execute(

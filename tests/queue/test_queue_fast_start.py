@@ -198,6 +198,24 @@ def test_nothing_is_left_queued_or_running_in_the_database_after_a_stream(paths:
         db.close()
 
 
+def test_each_job_started_the_fast_way_records_its_own_logs(paths: Paths) -> None:
+    def scenario(daemon: Daemon, store: JobStore) -> None:
+        ids = [j.id for j in store.add_many([spec('echo "job $GPUBOX_JOB_ID"') for _ in range(12)])]
+        poke(socket_path(paths))
+        wait_done(store, ids)
+
+    assert run_daemon(paths, scenario) >= 5
+    db = sqlite3.connect(paths.state_dir / "queue.db")
+    try:
+        rows = db.execute("SELECT job_id, number, log_path FROM attempts ORDER BY job_id").fetchall()
+    finally:
+        db.close()
+    assert len(rows) == 12
+    for job_id, number, log_path in rows:
+        assert (number, log_path) == (1, str(paths.state_dir / "logs" / f"{job_id}.1"))
+        assert Path(f"{log_path}.out").read_text() == f"job {job_id}\n"
+
+
 def test_a_prepared_job_does_not_run_when_the_daemon_is_killed_and_runs_once_later(
     queue: QueueBox, tmp_path: Path
 ) -> None:
