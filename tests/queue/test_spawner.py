@@ -249,6 +249,30 @@ def test_a_done_message_is_written_whole_whatever_its_reason() -> None:
     assert parsed[2].exit_code == 127 and parsed[2].reason and reason.startswith(parsed[2].reason)
 
 
+def test_a_success_is_said_without_json_and_every_end_reads_back_as_it_was() -> None:
+    """Most ends are successes, said on the way from one job to the next: in a short line the
+    daemon reads without JSON. Every other end, and one said in JSON by a supervisor of an
+    earlier gpubox (which outlives an upgrade), reads back whole."""
+    success = supervise.Outcome(0, "succeeded", None, 1796188922.0033467)
+    line = supervise.done_message(7, 2, success)
+    assert line == b"7 2 ok 1796188922.0033467\n"
+    assert supervise.parse_done(line.rstrip(b"\n")) == (7, 2, success)
+    others = [
+        supervise.Outcome(0, "succeeded", "a note", 1.5),
+        supervise.Outcome(0, "succeeded", None, None),
+        supervise.Outcome(0, "cancelled", "stopped by SIGTERM", 1.5),
+        supervise.Outcome(None, "cancelled", "stopped by SIGTERM before it ran", 1.5, ran=False),
+        supervise.Outcome(3, "failed", "exit code 3", 1.5),
+    ]
+    for outcome in others:
+        line = supervise.done_message(7, 2, outcome)
+        assert b" ok " not in line
+        assert supervise.parse_done(line.rstrip(b"\n")) == (7, 2, outcome)
+    earlier = b'7 2 {"exit_code": 0, "outcome": "succeeded", "reason": null, "ended_at": 1.5, "ran": true}'
+    assert supervise.parse_done(earlier) == (7, 2, supervise.Outcome(0, "succeeded", None, 1.5))
+    assert supervise.parse_done(b"7 2 ok later") is None
+
+
 def test_the_spawner_puts_gpubox_after_the_standard_library(tmp_path: Path) -> None:
     """Installed in site-packages, gpubox's folder holds other packages too: none of them may
     stand in for a standard module in the spawner (it starts without `site`)."""
