@@ -41,7 +41,7 @@ if TYPE_CHECKING:
 
 __all__ = ["END_STATES", "STATES", "Attempt", "Job", "JobSpec", "JobStore", "StoreError"]
 
-SCHEMA_VERSION = 3  # 2: jobs.queued_at; 3: no jobs_state index
+SCHEMA_VERSION = 2  # 2: jobs.queued_at
 QUEUE = "queue"  # the pause target that stops the whole queue; a GPU's is its UUID
 _IDS_PER_READ = 500  # ids bound in one statement (SQLite before 3.32 takes at most 999)
 
@@ -49,9 +49,6 @@ _IDS_PER_READ = 500  # ids bound in one statement (SQLite before 3.32 takes at m
 # gpubox that opens an older database (a gpubox that knows an older schema refuses a newer one).
 _MIGRATIONS = (
     "ALTER TABLE jobs ADD COLUMN queued_at REAL",  # 1 -> 2: when a job was queued again (NULL: never)
-    # 2 -> 3: jobs_rank, which starts with the state, serves every read by state; the second
-    # index only added pages to each commit that moves a job (two of eight, from one job to the next).
-    "DROP INDEX IF EXISTS jobs_state",
 )
 
 _SCHEMA = """
@@ -76,6 +73,7 @@ CREATE TABLE jobs (
     request TEXT,
     queued_at REAL
 );
+CREATE INDEX jobs_state ON jobs(state);
 CREATE INDEX jobs_rank ON jobs(state, kind, priority DESC, submitted_at, id);
 CREATE TABLE attempts (
     job_id INTEGER NOT NULL REFERENCES jobs(id) ON DELETE CASCADE,

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from gpubox.queue.jobs import spec_to_json
-from gpubox.queue.store import SCHEMA_VERSION, Job, JobSpec, JobStore, StoreError
+from gpubox.queue.store import Job, JobSpec, JobStore, StoreError
 from tests.queue.conftest import Clock
 
 
@@ -335,42 +335,8 @@ def test_a_schema_1_database_is_migrated_and_keeps_its_jobs(tmp_path: Path, cloc
     assert (again.state, again.started_at, again.queued_at) == ("queued", None, clock())
     store.close()
     db = sqlite3.connect(path)
-    assert db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
+    assert db.execute("PRAGMA user_version").fetchone()[0] == 2
     db.close()
-
-
-def _indexes(path: Path) -> set[str]:
-    db = sqlite3.connect(path)
-    try:
-        return {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type = 'index' AND sql IS NOT NULL")}
-    finally:
-        db.close()
-
-
-def test_a_schema_2_database_loses_the_index_every_commit_paid_for(tmp_path: Path, clock: Clock) -> None:
-    """jobs_rank, which starts with the state, serves every read by state: the jobs_state index of
-    schema 2 only added pages to each commit that moves a job. Dropped; the jobs stay."""
-    path = tmp_path / "q.db"
-    store = JobStore(path, clock=clock)
-    job = store.add(JobSpec(argv=("true",), cwd="/", env={}))
-    store.close()
-    db = sqlite3.connect(path)
-    db.execute("CREATE INDEX jobs_state ON jobs(state)")
-    db.execute("PRAGMA user_version = 2")
-    db.commit()
-    db.close()
-    store = JobStore(path, clock=clock)
-    assert [j.id for j in store.list(["queued"])] == [job.id]
-    assert store.mark_started(job.id, 1, [], "boot")
-    store.close()
-    assert _indexes(path) == {"jobs_rank"}
-    db = sqlite3.connect(path)
-    try:
-        assert db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 3
-        plan = " ".join(str(r[-1]) for r in db.execute("EXPLAIN QUERY PLAN SELECT * FROM jobs WHERE state = 'queued'"))
-        assert "jobs_rank" in plan, plan  # a read by state still goes through an index
-    finally:
-        db.close()
 
 
 def test_private_files_and_wal(tmp_path: Path) -> None:
@@ -381,7 +347,7 @@ def test_private_files_and_wal(tmp_path: Path) -> None:
     assert stat.S_IMODE(path.parent.stat().st_mode) == 0o700
     db = sqlite3.connect(path)
     assert db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
-    assert db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
+    assert db.execute("PRAGMA user_version").fetchone()[0] == 2
     db.close()
     s.close()
 
