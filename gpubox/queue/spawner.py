@@ -57,6 +57,10 @@ class Spawner:
                 pass_fds=(theirs.fileno(), self.done_w),
                 stdin=subprocess.DEVNULL,
                 cwd="/",
+                # A process group of its own: Ctrl-C (or a hang-up) in the terminal of a daemon
+                # run in the foreground is the daemon's, which then closes this socket. Sent to
+                # the spawner too, it killed it with a traceback while it was still importing.
+                process_group=0,
             )
         except BaseException:
             ours.close()

@@ -8,6 +8,7 @@ import errno
 import fcntl
 import os
 import select
+import signal
 import socket
 import sqlite3
 import subprocess
@@ -569,3 +570,39 @@ def test_a_spare_that_comes_before_the_first_pass_runs_the_first_job(tmp_path: P
         go.touch()
         early.close()
     assert store.get(job.id).pid == first_spare  # type: ignore[union-attr]
+
+
+def _spawner_of(daemon: int) -> int | None:
+    """The daemon's spawner (its child running gpubox.queue.zygote), or None."""
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            parent = int(Path(f"/proc/{name}/stat").read_text().rsplit(")", 1)[1].split()[1])
+            if parent == daemon and b"gpubox.queue.zygote" in Path(f"/proc/{name}/cmdline").read_bytes():
+                return int(name)
+        except (OSError, ValueError):
+            continue
+    return None
+
+
+def test_ctrl_c_while_the_daemon_starts_ends_it_without_a_word(queue: QueueBox) -> None:
+    """Ctrl-C goes to the terminal's whole process group. The spawner, in a group of its own, is
+    left to end with the daemon: caught while it still imported, it said so with a traceback."""
+    daemon = subprocess.Popen(
+        [sys.executable, "-m", "gpubox", "daemon"],
+        env={**os.environ, **queue.env, **queue.extra_env},
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        start_new_session=True,  # its own group, as a terminal's foreground job has
+    )
+    deadline = time.monotonic() + HANG
+    while (spawner := _spawner_of(daemon.pid)) is None:
+        assert daemon.poll() is None and time.monotonic() < deadline, "no spawner started"
+        time.sleep(0.001)
+    assert os.getpgid(spawner) == spawner != os.getpgid(daemon.pid)
+    os.killpg(daemon.pid, signal.SIGINT)  # as soon as the spawner runs: it is still importing
+    _, err = daemon.communicate(timeout=HANG)
+    assert daemon.returncode in (0, 130) and b"Traceback" not in err, err
+    wait_until(lambda: not _running(spawner), HANG, "the spawner to end with the daemon")
