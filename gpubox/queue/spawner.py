@@ -32,6 +32,11 @@ _PYTHON = (
     "import sys; sys.path[:] = [p for p in sys.path if p] + [sys.argv[1]]; "
     "from gpubox.queue.zygote import main; sys.exit(main(sys.argv[2:]))",
 )
+# What this daemon reads besides what every daemon does, passed to the spawner and by it to the
+# supervisors: "ok", a success said in a short line (supervise.done_message). A spawner started
+# by an older daemon (after an upgrade in place, when its spawner died) is not given it, and its
+# supervisors say every end in JSON, which that daemon reads.
+_READS = ("ok",)
 
 
 class Spawner:
@@ -53,7 +58,7 @@ class Spawner:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         try:
             self.proc = subprocess.Popen(
-                [*_PYTHON, _ROOT, str(theirs.fileno()), str(self.done_w)],
+                [*_PYTHON, _ROOT, str(theirs.fileno()), str(self.done_w), *_READS],
                 pass_fds=(theirs.fileno(), self.done_w),
                 stdin=subprocess.DEVNULL,
                 cwd="/",

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import errno
 import json
+import math
 import os
 import select
 import signal
@@ -110,9 +111,9 @@ GONE = Spare(0, None, -1)  # no supervisor to talk to (sent away, or never known
 _STOP_SIGNALS = {signal.SIGTERM, signal.SIGUSR1}
 
 
-def fork_spare(done_w: int) -> Spare:
+def fork_spare(done_w: int, short_success: bool = False) -> Spare:
     """Fork a spare supervisor (the spawner does); `done_w` is where it says "<job> <attempt>"
-    when it is done."""
+    when it is done (`short_success`: a success in a short line, which the daemon reads)."""
     launch_r, launch_w = os.pipe2(os.O_CLOEXEC)
     # A cancel that comes before the spare has its handlers waits, blocked, instead of killing it.
     old = signal.pthread_sigmask(signal.SIG_BLOCK, _STOP_SIGNALS)
@@ -127,7 +128,7 @@ def fork_spare(done_w: int) -> Spare:
         code = 1
         try:
             os.close(launch_w)
-            code = _spare_main(launch_r, done_w)
+            code = _spare_main(launch_r, done_w, short_success)
         finally:
             os._exit(code)
     signal.pthread_sigmask(signal.SIG_SETMASK, old)
@@ -249,7 +250,7 @@ class _Orders:
         return first == byte
 
 
-def _spare_main(launch_r: int, done_w: int) -> int:
+def _spare_main(launch_r: int, done_w: int, short_success: bool) -> int:
     os.setsid()  # out of the daemon's session: its terminal and its signals are not ours
     signal.set_wakeup_fd(-1)
     # From here a cancel (SIGTERM) or preemption (SIGUSR1) is noted, even before the job runs:
@@ -296,7 +297,7 @@ def _spare_main(launch_r: int, done_w: int) -> int:
         if result.ended_at is None:  # (built anew: dataclasses.replace costs several times more)
             result = Outcome(result.exit_code, result.outcome, result.reason, time.time(), result.ran)
         told = False
-        message = done_message(launch.job_id, launch.attempt, result)
+        message = done_message(launch.job_id, launch.attempt, result, short_success)
         with suppress(OSError):  # EPIPE when the daemon that asked for us is gone; EAGAIN when full
             told = os.write(done_w, message) == len(message)
         # A daemon that does not answer in time (it failed to record, or hangs) gets the exit
@@ -345,18 +346,19 @@ def _outcome(d: dict[str, object]) -> Outcome:
         code if isinstance(code, int) else None,
         str(d["outcome"]),
         reason if isinstance(reason, str) else None,
-        float(ended) if isinstance(ended, (int, float)) else None,
+        float(ended) if isinstance(ended, (int, float)) and math.isfinite(ended) else None,
         bool(d.get("ran", True)),
     )
 
 
-def done_message(job_id: int, attempt: int, result: Outcome) -> bytes:
+def done_message(job_id: int, attempt: int, result: Outcome, short_success: bool = False) -> bytes:
     """One line, at most PIPE_BUF bytes so that it is written whole: "<job> <attempt> <json>", or
-    for a job that ran and succeeded "<job> <attempt> ok <ended_at>" (most ends, on the way from
-    one job to the next: no JSON to write or read). A long reason is cut further (JSON escapes
-    make text that is not ASCII up to 6 times longer)."""
+    with `short_success`, for a job that ran and succeeded, "<job> <attempt> ok <ended_at>" (most
+    ends, on the way from one job to the next: no JSON to write or read). A long reason is cut
+    further (JSON escapes make text that is not ASCII up to 6 times longer)."""
     r = result
-    if r.outcome == "succeeded" and r.exit_code == 0 and r.reason is None and r.ran and r.ended_at is not None:
+    success = r.outcome == "succeeded" and r.exit_code == 0 and r.reason is None and r.ran
+    if short_success and success and r.ended_at is not None and math.isfinite(r.ended_at):
         return b"%d %d ok %r\n" % (job_id, attempt, r.ended_at)
     record = _record(result)
     while True:
@@ -374,7 +376,8 @@ def parse_done(line: bytes) -> tuple[int, int, Outcome] | None:
     try:
         job_id, attempt, body = line.split(b" ", 2)
         if body.startswith(_OK):
-            return int(job_id), int(attempt), Outcome(0, "succeeded", None, float(body[3:]))
+            ended = float(body[3:])
+            return (int(job_id), int(attempt), Outcome(0, "succeeded", None, ended)) if math.isfinite(ended) else None
         d = json.loads(body)
         return int(job_id), int(attempt), _outcome(d)
     except (ValueError, KeyError, TypeError, AttributeError):

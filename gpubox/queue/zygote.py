@@ -7,7 +7,7 @@ supervisors: for each `S` it forks one and sends back "<pid> <start ticks>" with
 launch pipe attached (SCM_RIGHTS), so the daemon hands the job to the spare directly. It exits
 when the daemon's end of the socket closes; supervisors, in their own sessions, run on.
 
-    python -m gpubox.queue.zygote CONTROL_FD DONE_FD  (started without `site`: spawner.py, the daemon's end)
+    python -m gpubox.queue.zygote CONTROL_FD DONE_FD [ok]  (started without `site` by spawner.py, the daemon's end)
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from contextlib import suppress
 from gpubox.queue import proctree, supervise
 
 
-def _serve(control: socket.socket, done_w: int) -> int:
+def _serve(control: socket.socket, done_w: int, short_success: bool) -> int:
     wake_r, wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
     signal.set_wakeup_fd(wake_w)
     signal.signal(signal.SIGCHLD, lambda *_: None)
@@ -46,7 +46,7 @@ def _serve(control: socket.socket, done_w: int) -> int:
         for _ in request:  # one spare per byte asked for
             try:
                 try:
-                    spare = supervise.fork_spare(done_w)
+                    spare = supervise.fork_spare(done_w, short_success)
                 except OSError as exc:  # no fork (a process limit): say so; the daemon tries later
                     control.send(f"E {exc}".encode())
                     continue
@@ -62,7 +62,7 @@ def main(argv: list[str]) -> int:
     control = socket.socket(fileno=int(argv[0]))
     done_w = int(argv[1])
     os.set_inheritable(done_w, False)  # passed to us inheritable; it must not reach the jobs
-    return _serve(control, done_w)
+    return _serve(control, done_w, short_success="ok" in argv[2:])  # what the daemon reads (spawner.py)
 
 
 if __name__ == "__main__":

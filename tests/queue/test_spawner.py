@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from gpubox.queue import proctree, supervise, zygote
+from gpubox.queue import spawner as spawner_end
 from gpubox.queue.jobs import JobSpec
 from gpubox.queue.spawner import _PYTHON, Spawner
 from tests.queue.conftest import QueueBox, blocked_in, wait_until
@@ -251,10 +252,9 @@ def test_a_done_message_is_written_whole_whatever_its_reason() -> None:
 
 def test_a_success_is_said_without_json_and_every_end_reads_back_as_it_was() -> None:
     """Most ends are successes, said on the way from one job to the next: in a short line the
-    daemon reads without JSON. Every other end, and one said in JSON by a supervisor of an
-    earlier gpubox (which outlives an upgrade), reads back whole."""
+    daemon reads without JSON (where it said it reads it). Every other end reads back whole."""
     success = supervise.Outcome(0, "succeeded", None, 1796188922.0033467)
-    line = supervise.done_message(7, 2, success)
+    line = supervise.done_message(7, 2, success, short_success=True)
     assert line == b"7 2 ok 1796188922.0033467\n"
     assert supervise.parse_done(line.rstrip(b"\n")) == (7, 2, success)
     others = [
@@ -264,13 +264,33 @@ def test_a_success_is_said_without_json_and_every_end_reads_back_as_it_was() -> 
         supervise.Outcome(None, "cancelled", "stopped by SIGTERM before it ran", 1.5, ran=False),
         supervise.Outcome(3, "failed", "exit code 3", 1.5),
     ]
-    for outcome in others:
-        line = supervise.done_message(7, 2, outcome)
-        assert b" ok " not in line
-        assert supervise.parse_done(line.rstrip(b"\n")) == (7, 2, outcome)
-    earlier = b'7 2 {"exit_code": 0, "outcome": "succeeded", "reason": null, "ended_at": 1.5, "ran": true}'
-    assert supervise.parse_done(earlier) == (7, 2, supervise.Outcome(0, "succeeded", None, 1.5))
-    assert supervise.parse_done(b"7 2 ok later") is None
+    for outcome in [*others, success]:
+        for short in (True, False):
+            line = supervise.done_message(7, 2, outcome, short_success=short)
+            assert (b" ok " in line) == (short and outcome is success)
+            assert supervise.parse_done(line.rstrip(b"\n")) == (7, 2, outcome)
+    nan_json = b'7 2 {"exit_code": 0, "outcome": "succeeded", "ended_at": NaN}'
+    for odd in (b"7 2 ok later", b"7 2 ok nan", b"7 2 ok inf", nan_json):
+        parsed = supervise.parse_done(odd)
+        assert parsed is None or parsed[2].ended_at is None, odd  # never a time that is not one
+
+
+@pytest.mark.parametrize("reads_ok", [True, False])
+def test_supervisors_say_a_success_in_a_short_line_only_to_a_daemon_that_reads_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, reads_ok: bool
+) -> None:
+    """A spawner started by an older daemon (its own died after an upgrade in place) is not told
+    that the daemon reads "ok": its supervisors say a success in JSON, which that daemon reads."""
+    monkeypatch.setattr(spawner_end, "_READS", ("ok",) if reads_ok else ())
+    with _spawner() as (spawner, done_r):
+        spawner.ask()
+        spare = spawner.receive()
+        _hand_over(spare, _launch(tmp_path, ("true",)))
+        line = os.read(done_r, 4096)
+        assert line.startswith(b"7 1 ok " if reads_ok else b'7 1 {"exit_code": 0, "outcome": "succeeded"'), line
+        parsed = supervise.parse_done(line.rstrip(b"\n"))
+        assert parsed is not None and parsed[2].outcome == "succeeded" and parsed[2].ended_at
+        supervise.discard(spare)
 
 
 def test_the_spawner_puts_gpubox_after_the_standard_library(tmp_path: Path) -> None:
