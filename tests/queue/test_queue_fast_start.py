@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+import gpubox.queue.daemon as daemon_module
 from gpubox.paths import Paths
 from gpubox.queue.daemon import Daemon
 from gpubox.queue.layout import socket_path
@@ -214,6 +215,30 @@ def test_each_job_started_the_fast_way_records_its_own_logs(paths: Paths) -> Non
     for job_id, number, log_path in rows:
         assert (number, log_path) == (1, str(paths.state_dir / "logs" / f"{job_id}.1"))
         assert Path(f"{log_path}.out").read_text() == f"job {job_id}\n"
+
+
+def test_a_stream_does_not_look_for_a_replaced_state_folder_at_each_job(
+    paths: Paths, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two stats a wake-up, on the way from one job to the next: looked at once every
+    STATE_CHECK_S instead (here longer than the stream), and still at the first wake-up."""
+    monkeypatch.setattr(daemon_module, "STATE_CHECK_S", 3600.0)
+    looks: list[float] = []
+    original = Daemon._state_replaced
+
+    def counted(self: Daemon, store: JobStore) -> str | None:
+        looks.append(time.monotonic())
+        return original(self, store)
+
+    monkeypatch.setattr(Daemon, "_state_replaced", counted)
+
+    def scenario(daemon: Daemon, store: JobStore) -> None:
+        ids = [j.id for j in store.add_many([spec("true") for _ in range(20)])]
+        poke(socket_path(paths))
+        wait_done(store, ids)
+
+    assert run_daemon(paths, scenario) >= 10
+    assert len(looks) == 1
 
 
 def test_a_prepared_job_does_not_run_when_the_daemon_is_killed_and_runs_once_later(
