@@ -294,7 +294,10 @@ class Daemon:
             if failure is not None:
                 self.log(f"could not start the supervisor spawner: {failure}; trying again when a job starts")
             if store.any_queued():
-                self._keep_spare(True)
+                # One spare for the first job, and one to prepare the next while it runs: asked
+                # for after the first start, it came once that job had ended (a cold queue's
+                # second job waited 5 to 7 ms for a start without one).
+                self._keep_spare(True, ahead=1)
             listener = self._listen()
             listening = file_identity(self.socket_path)
             ensure_private_dir(self.logs_dir)
@@ -852,12 +855,12 @@ class Daemon:
                 states[dep] = found.state if found else None
         return states
 
-    def _keep_spare(self, wanted: bool) -> None:
+    def _keep_spare(self, wanted: bool, ahead: int = 0) -> None:
         """Keep a supervisor forked ahead while jobs wait; none while the queue is empty."""
         if self.pool is None:
             return
         try:
-            self.pool.keep(wanted)
+            self.pool.keep(wanted, ahead)
         except OSError as exc:
             self.log(f"could not prepare a supervisor ahead: {exc}")
 

@@ -86,10 +86,11 @@ class SparePool:
         else:
             supervise.discard(spare)
 
-    def keep(self, wanted: bool) -> None:
-        """While jobs wait, keep `size` spares ready or asked for; none while the queue is empty.
-        OSError when the spawner cannot be asked."""
-        while wanted and len(self.ready) + self.spawner.asked < self.size:
+    def keep(self, wanted: bool, ahead: int = 0) -> None:
+        """While jobs wait, keep `size` spares ready or asked for (`ahead` more this once: the next
+        call sends them away if still unused); none while the queue is empty. OSError when the
+        spawner cannot be asked."""
+        while wanted and len(self.ready) + self.spawner.asked < self.size + ahead:
             self._ask()
         while self.ready and (not wanted or len(self.ready) > self.size):
             supervise.discard(self.ready.pop(0))
