@@ -22,7 +22,7 @@ def serve() -> int:
     from gpubox.queue.spawner import EarlyStart
 
     # The supervisor spawner first, a Python of its own that starts while this one imports the
-    # daemon: a cold queue's first job waits for both (one after the other, 60 ms more).
+    # daemon: a cold queue's first job waits for both (one after the other, 15 to 40 ms more here).
     try:
         early: EarlyStart | None = EarlyStart()
     except OSError:  # no descriptor left for its pipe: the daemon meets that too, and says so
