@@ -33,7 +33,7 @@ from gpubox.queue.spawner import EarlyStart
 from gpubox.queue.store import JobSpec, JobStore
 from gpubox.queue.submit import AddOptions, SpecBuilder
 from gpubox.queue.wire import poke
-from tests.queue.conftest import NoGpus, QueueBox, wait_until
+from tests.queue.conftest import NoGpus, QueueBox, alive, wait_until
 
 HANG = 60.0
 
@@ -503,7 +503,7 @@ def test_a_daemon_that_cannot_run_leaves_no_spawner_behind(queue: QueueBox, tmp_
         _, err = second.communicate(timeout=HANG)
         assert second.returncode == 1 and b"already runs" in err, err
         spawner_pid = int(record.read_text().split()[1])
-        wait_until(lambda: not _running(spawner_pid), HANG, "the spawner to end")
+        wait_until(lambda: not alive(spawner_pid), HANG, "the spawner to end")
         assert queue.daemon_pid() == first.pid
     finally:
         first.terminate()
@@ -523,14 +523,6 @@ def test_the_spawner_module_imports_little(tmp_path: Path) -> None:
 def _parent_of(pid: int) -> int:
     stat = Path(f"/proc/{pid}/stat").read_text()
     return int(stat.rsplit(")", 1)[1].split()[1])
-
-
-def _running(pid: int) -> bool:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat.rsplit(")", 1)[1].split()[0] != "Z"
 
 
 def test_a_spare_that_comes_before_the_first_pass_runs_the_first_job(tmp_path: Path) -> None:
@@ -605,7 +597,7 @@ def test_ctrl_c_while_the_daemon_starts_ends_it_without_a_word(queue: QueueBox) 
     os.killpg(daemon.pid, signal.SIGINT)  # as soon as the spawner runs: it is still importing
     _, err = daemon.communicate(timeout=HANG)
     assert daemon.returncode in (0, 130) and b"Traceback" not in err, err
-    wait_until(lambda: not _running(spawner), HANG, "the spawner to end with the daemon")
+    wait_until(lambda: not alive(spawner), HANG, "the spawner to end with the daemon")
 
 
 def test_a_daemon_started_for_queued_jobs_asks_for_a_spare_for_the_next_one_too(
