@@ -596,7 +596,8 @@ def test_ctrl_c_while_the_daemon_starts_ends_it_without_a_word(queue: QueueBox) 
     assert os.getpgid(spawner) == spawner != os.getpgid(daemon.pid)
     os.killpg(daemon.pid, signal.SIGINT)  # as soon as the spawner runs: it is still importing
     _, err = daemon.communicate(timeout=HANG)
-    assert daemon.returncode in (0, 130) and b"Traceback" not in err, err
+    # Stopped (0), or caught before its handlers were set: 130, or ended by SIGINT as gpubox ends on Ctrl-C.
+    assert daemon.returncode in (0, 130, -signal.SIGINT) and b"Traceback" not in err, (daemon.returncode, err)
     wait_until(lambda: not alive(spawner), HANG, "the spawner to end with the daemon")
 
 
