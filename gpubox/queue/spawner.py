@@ -33,10 +33,11 @@ _PYTHON = (
     "from gpubox.queue.zygote import main; sys.exit(main(sys.argv[2:]))",
 )
 # What this daemon reads besides what every daemon does, passed to the spawner and by it to the
-# supervisors: "ok", a success said in a short line (supervise.done_message). A spawner started
-# by an older daemon (after an upgrade in place, when its spawner died) is not given it, and its
-# supervisors say every end in JSON, which that daemon reads.
-_READS = ("ok",)
+# supervisors: SHORT_SUCCESS, a success said in a short line (supervise.done_message). A spawner
+# started by an older daemon (after an upgrade in place, when its spawner died) is not given it,
+# and its supervisors say every end in JSON, which that daemon reads.
+SHORT_SUCCESS = "ok"
+_READS = (SHORT_SUCCESS,)
 
 
 class Spawner:

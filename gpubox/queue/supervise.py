@@ -41,6 +41,7 @@ from gpubox.queue import proctree
 from gpubox.queue.jobs import JobSpec, spec_from_json, spec_to_json
 from gpubox.queue.layout import lock_holder_at, log_paths
 from gpubox.queue.log_relay import LogRelay, copy_while_waiting, pump_all, readable
+from gpubox.queue.spawner import SHORT_SUCCESS
 from gpubox.queue.wire import poke
 
 NOT_FOUND = 127
@@ -136,6 +137,7 @@ def fork_spare(done_w: int, short_success: bool = False) -> Spare:
     return Spare(pid, proctree.start_ticks(pid), launch_w)
 
 
+_OK = f"{SHORT_SUCCESS} ".encode()  # a success in a short line: "<job> <attempt> ok <ended_at>"
 GO = b"G"  # after the launch: run it (its start is recorded now)
 RECORDED = b"A"  # after the done message: the end is recorded; wait for the next launch
 RECORDED_WAIT_S = 30.0  # how long a supervisor waits for "recorded" before it leaves its exit record
@@ -359,7 +361,7 @@ def done_message(job_id: int, attempt: int, result: Outcome, short_success: bool
     r = result
     success = r.outcome == "succeeded" and r.exit_code == 0 and r.reason is None and r.ran
     if short_success and success and r.ended_at is not None and math.isfinite(r.ended_at):
-        return b"%d %d ok %r\n" % (job_id, attempt, r.ended_at)
+        return b"%d %d %s%r\n" % (job_id, attempt, _OK, r.ended_at)
     record = _record(result)
     while True:
         line = f"{job_id} {attempt} {json.dumps(record)}\n".encode()
@@ -369,14 +371,11 @@ def done_message(job_id: int, attempt: int, result: Outcome, short_success: bool
         record = {**record, "reason": reason[: len(reason) // 2]}
 
 
-_OK = b"ok "
-
-
 def parse_done(line: bytes) -> tuple[int, int, Outcome] | None:
     try:
         job_id, attempt, body = line.split(b" ", 2)
         if body.startswith(_OK):
-            ended = float(body[3:])
+            ended = float(body[len(_OK) :])
             return (int(job_id), int(attempt), Outcome(0, "succeeded", None, ended)) if math.isfinite(ended) else None
         d = json.loads(body)
         return int(job_id), int(attempt), _outcome(d)

@@ -20,6 +20,7 @@ import sys
 from contextlib import suppress
 
 from gpubox.queue import proctree, supervise
+from gpubox.queue.spawner import SHORT_SUCCESS
 
 
 def _serve(control: socket.socket, done_w: int, short_success: bool) -> int:
@@ -62,7 +63,7 @@ def main(argv: list[str]) -> int:
     control = socket.socket(fileno=int(argv[0]))
     done_w = int(argv[1])
     os.set_inheritable(done_w, False)  # passed to us inheritable; it must not reach the jobs
-    return _serve(control, done_w, short_success="ok" in argv[2:])  # what the daemon reads (spawner.py)
+    return _serve(control, done_w, short_success=SHORT_SUCCESS in argv[2:])  # what the daemon reads
 
 
 if __name__ == "__main__":
