@@ -11,6 +11,9 @@ marks `lost` the jobs that were running before a reboot.
 While CPU-only jobs fill their slots, the job that starts next is already handed to a spare
 supervisor, which prepares it; when a CPU-only job ends and nothing else changed, its end and
 the next start are committed in one transaction and the spare is told to go, without a pass.
+With one CPU slot and a stream of short jobs it goes further: the next start is committed while
+the job before runs, and that job's own supervisor is handed it, to start it the moment the
+job before ends, with no word with the daemon in between (_Handed).
 A supervisor whose job's end is recorded is kept for another job while jobs wait, unless its
 job was stopped or anyone asked to stop it (a stop signal may still be on its way to it).
 """
@@ -106,6 +109,24 @@ class _Armed:
     log_prefix: str  # the launch's, kept for the start it is recorded with (Path joins on the way cost)
 
 
+@dataclasses.dataclass
+class _Handed:
+    """A CPU-only job whose start is committed under the supervisor of the CPU-only job that
+    runs, handed to it to run the moment that job ends (with the one slot, nothing else could
+    start then): no word with this daemon between the two. Taken back when the job running does
+    not end within HAND_ON_S, or when another connection commits (the line may change)."""
+
+    guess: _Guess  # its job first, as the database was after the start was committed
+    supervisor: supervise.Spare
+    after: tuple[int, int]  # the attempt it runs after
+    at: float  # when it was handed on (monotonic)
+    revoking: bool = False
+
+    @property
+    def job(self) -> Job:
+        return self.guess.job
+
+
 def boot_id(env: dict[str, str] | None = None) -> str:
     """This boot's id: jobs recorded under another one ran before a restart."""
     env = dict(os.environ) if env is None else env
@@ -153,7 +174,9 @@ class Daemon:
         # (job id, attempt): the supervisor running it, which waits for "recorded" at its end
         self._supervising: dict[tuple[int, int], supervise.Spare] = {}
         # Those of them that run without GPUs: their ends may take the fast way (without a read).
-        self._cpu_attempts: set[tuple[int, int]] = set()
+        # (When each started, on the wall clock: a stream of short jobs is told by how long they ran.)
+        self._cpu_attempts: dict[tuple[int, int], float] = {}
+        self._stream = False  # the last CPU-only job this daemon recorded ran less than STREAM_S
         self._done_w = -1
         self.reasons: dict[int, str] = {}
         self.last_gpus: list[GpuInfo] = []
@@ -174,6 +197,13 @@ class Daemon:
         self._cpu_config = dataclasses.replace(config, preempt=False, max_cpu_jobs=1 << 30)
         self._guess: _Guess | None = None
         self._armed: _Armed | None = None
+        self._handed: _Handed | None = None
+        self._not_kept: set[int] = set()  # supervisors (pids) not to keep once their job handed on ends
+        self._start_times: list[tuple[int, int, float]] = []  # said by "on", not yet recorded
+        # The CPU-only job this daemon started last (as it was read before its start), and the
+        # attempt that kept its handed-on job too long (nothing more is handed on to it).
+        self._fast_job: Job | None = None
+        self._held_up: tuple[int, int] | None = None
         self._refresh_at: float | None = None  # when to plan again after fast starts (monotonic)
         self._no_gpus_until = -math.inf
         self._planned = False  # a pass has planned (and so knows whether jobs wait)
@@ -310,6 +340,9 @@ class Daemon:
             if self._sampler is not None:
                 self._sampler.stop()  # writes the GPU use not written yet
             self._disarm()
+            if self._handed is not None:
+                supervise.discard(self._handed.supervisor)
+                self._handed = None
             for spare in self._supervising.values():
                 supervise.discard(spare)  # each leaves its job's exit record for the next daemon
             self._supervising.clear()
@@ -372,12 +405,20 @@ class Daemon:
                         *lines, pending = pending.split(b"\n")
                         for line in lines:
                             try:
-                                self._record_done(store, line)
+                                chained = supervise.parse_chain(line)
+                                if chained is None:
+                                    self._record_done(store, line)
+                                elif chained[2] is not None:
+                                    self._on(store, chained[0], chained[1], chained[2])
+                                else:
+                                    self._back(store, chained[0], chained[1])
                             except Exception as exc:
                                 # Its supervisor leaves an exit record for a later pass; the others
                                 # read with it are still recorded (each waits for its "recorded").
                                 self.log(f"{type(exc).__name__}: {exc}; its job is recorded from its exit record")
                                 self._dirty = True
+                        self._record_start(store)
+                        self._arm(store)
                     else:
                         _drain(wake_r)
                 if self._stop:
@@ -385,6 +426,9 @@ class Daemon:
                 current = store.data_version()
                 if current != version:
                     version, self._dirty = current, True
+                # Another connection committed since the job handed on was chosen (an add ahead, a
+                # cancel; also one a pass took in): the line may have changed.
+                self._revoke(force=self._handed is not None and current != self._handed.guess.version)
                 if self._refresh_at is not None and time.monotonic() >= self._refresh_at:
                     self._dirty = True
                 due = time.monotonic() - self._last_full >= self.config.poll_interval_s
@@ -433,6 +477,8 @@ class Daemon:
         longest = self.config.poll_interval_s * (1 if self._active else IDLE_POLLS)
         if self.recording is not None and self._planned:  # the ledger's sampler is due then
             longest = min(longest, self._record_at())
+        if self._handed is not None and not self._handed.revoking:
+            longest = max(0.0, min(longest, self._handed.at + HAND_ON_S - time.monotonic()))
         if self._refresh_at is not None:
             return max(0.0, min(longest, self._refresh_at - time.monotonic()))
         return longest
@@ -542,29 +588,55 @@ class Daemon:
         """End the attempts whose supervisor vanished without recording them; True if any."""
         changed = False
         now = self.clock()
+        handed = self._handed
+        if handed is not None and (handed.job.id, handed.job.attempt + 1) not in {(j.id, j.attempt) for j in running}:
+            self._handed = None  # its start was undone, or it ended, with no word here
         for job in running:
             if job.pid is None:
                 if now - (job.started_at or now) < START_GRACE_S:
                     continue
                 outcome = supervise.Outcome(None, "lost", "the daemon stopped while starting it")
             elif proctree.is_alive(job.pid, job.pid_start):
-                continue
+                # A supervisor this daemon does not talk to (it ran before a restart) may have gone
+                # on to a job handed on: the end it left in an exit record is recorded now, not once
+                # that job ends too. One this daemon talks to says it on the done pipe.
+                handed = self._handed
+                if (job.id, job.attempt) in self._supervising or (
+                    handed is not None and (handed.job.id, handed.job.attempt + 1) == (job.id, job.attempt)
+                ):
+                    continue
+                found = self._exit_record(job)
+                if found is None:
+                    continue
+                if not found.ran and job.request is None:
+                    self._abandon(store, job.id, job.attempt)
+                    changed = True
+                    continue
+                outcome = found
             else:
+                if self._handed is not None and self._handed.supervisor.pid == job.pid:
+                    self._handed = None  # its supervisor died: the job handed on ends with it, below
                 supervise.discard(self._supervising.pop((job.id, job.attempt), supervise.GONE))
-                self._cpu_attempts.discard((job.id, job.attempt))
+                self._not_kept.discard(job.pid)
+                self._cpu_attempts.pop((job.id, job.attempt), None)
                 found = self._exit_record(job)
                 if found is not None and not found.ran and job.request is None:
-                    # Stopped before the job ran, by nobody's request (as _record_outcome sees it
-                    # when told): it runs later. The record goes: that attempt number is used again.
-                    if store.abandon_start(job.id, job.attempt):
-                        self.log(f"job {job.id}: its supervisor was stopped before the job ran; queued again")
-                        changed = True
-                    with suppress(OSError):
-                        os.unlink(log_paths(attempt_prefix(self.logs_dir, job.id, job.attempt))[2])
+                    changed = self._abandon(store, job.id, job.attempt) or changed
                     continue
                 outcome = found or self._orphaned(job)
             changed = self._finish(store, job, outcome) or changed
         return changed
+
+    def _abandon(self, store: JobStore, job_id: int, attempt: int, say: bool = True) -> bool:
+        """A start whose job never ran, by nobody's request (as _record_outcome sees it when
+        told; its supervisor gone before "go"): it runs later (store.abandon_start). The exit
+        record that may say so goes after: that attempt number is used again."""
+        queued = store.abandon_start(job_id, attempt)
+        if queued and say:
+            self.log(f"job {job_id}: its supervisor was stopped before the job ran; queued again")
+        with suppress(OSError):
+            os.unlink(log_paths(attempt_prefix(self.logs_dir, job_id, attempt))[2])
+        return queued
 
     def _record_done(self, store: JobStore, line: bytes) -> None:
         """A supervisor says how its attempt ended: record it now, then tell it so (it leaves an
@@ -574,15 +646,25 @@ class Daemon:
             return
         job_id, attempt, outcome = done
         spare = self._supervising.pop((job_id, attempt), supervise.GONE)
-        cpu_only = (job_id, attempt) in self._cpu_attempts
-        self._cpu_attempts.discard((job_id, attempt))
+        since = self._cpu_attempts.pop((job_id, attempt), None)
+        cpu_only = since is not None
+        if since is not None:
+            ran = (outcome.ended_at or self.clock()) - since
+            self._stream = outcome.ran and ran < STREAM_S
         try:
             # A CPU-only job that ran and ended of itself, while the next start is armed: its end
             # and that start in one transaction, which reads what it needs (the job's state and
             # attempt are checked there), before anything else. Otherwise the job is read first.
             fast = cpu_only and outcome.ran and outcome.outcome in ("succeeded", "failed")
-            if fast and self._finish_and_start_next(store, job_id, attempt, outcome, spare):
+            if not fast:
+                self._record_start(store)  # before the end: a start time said first is written first
+            if fast and (
+                self._finish_and_start_next(store, job_id, attempt, outcome, spare)
+                or self._finish_and_hand_on(store, job_id, attempt, outcome, spare)
+                or self._finish_before_on(store, job_id, attempt, outcome, spare)
+            ):
                 return
+            self._record_start(store)
             self._record_outcome(store, job_id, attempt, outcome, spare, try_fast=not fast)
         except BaseException:
             supervise.discard(spare)  # not recorded: it leaves its exit record, read by a later pass
@@ -603,8 +685,7 @@ class Daemon:
             return
         if not outcome.ran and job.request is None:
             # Its supervisor was stopped before the job ran, by nobody's request: run it later.
-            if store.abandon_start(job.id, job.attempt):
-                self.log(f"job {job.id}: its supervisor was stopped before the job ran; queued again")
+            if self._abandon(store, job.id, job.attempt):
                 self._dirty = True
             self._release(spare, reuse=False)
             return
@@ -631,10 +712,18 @@ class Daemon:
     def _release(self, spare: supervise.Spare, reuse: bool) -> None:
         """Tell a supervisor its job's end is recorded; keep it for another job when `reuse`."""
         if not supervise.recorded(spare):
+            self._not_kept.discard(spare.pid)
             return  # gone, or sent away already
-        if reuse and self.pool is not None:
+        if self._runs_another(spare):
+            # It went on to the job handed on: it stays that job's supervisor, and is not kept
+            # after it when it should not have been after this one.
+            if not reuse:
+                self._not_kept.add(spare.pid)
+            return
+        if reuse and self.pool is not None and spare.pid not in self._not_kept:
             self.pool.give_back(spare)
         else:
+            self._not_kept.discard(spare.pid)
             supervise.discard(spare)
 
     def _finish(self, store: JobStore, job: Job, outcome: supervise.Outcome) -> bool:
@@ -671,6 +760,7 @@ class Daemon:
         with store.transaction():
             if store.data_version() != guess.version:
                 return False  # someone changed the queue since the guess
+            self._write_start_times(store)
             # The stop asked of it comes from the same read as the end (see _stop_asked).
             ended = store.end_attempt(
                 job_id, attempt, outcome.exit_code, outcome.outcome, outcome.reason, ended_at=outcome.ended_at
@@ -713,14 +803,238 @@ class Daemon:
         try:
             supervise.go(spare)
         except OSError:
-            store.abandon_start(job.id, job.attempt + 1)  # it never ran: as if not started
+            self._abandon(store, job.id, job.attempt + 1, say=False)  # it never ran: as if not started
             self._dirty = True
             return False
         self._supervising[job.id, job.attempt + 1] = spare
         if cpu_only:
-            self._cpu_attempts.add((job.id, job.attempt + 1))
+            self._cpu_attempts[job.id, job.attempt + 1] = self.clock()
+            self._fast_job = job
         self.reasons.pop(job.id, None)
         return True
+
+    # Jobs handed on: see _Handed
+
+    def _runs_another(self, supervisor: supervise.Spare) -> bool:
+        """Whether a supervisor has another job than the one whose end was just recorded: one it
+        runs, or one handed to it."""
+        if self._handed is not None and self._handed.supervisor is supervisor:
+            return True
+        return any(other is supervisor for other in self._supervising.values())
+
+    def _hand_on_target(self, guess: _Guess) -> tuple[supervise.Spare, tuple[int, int]] | None:
+        """The supervisor to hand the guessed job to, and the attempt it runs: the one CPU-only job
+        running, with the one slot, in a stream of short ones (the one before ran less than
+        STREAM_S: a job handed on behind a long one is only taken back), started by this daemon
+        (its spec is known: no retries, which would put it back in the line ahead), and no
+        queued job waiting for its end."""
+        running = self._fast_job
+        if self.config.max_cpu_jobs != 1 or len(self._cpu_attempts) != 1 or running is None or not self._stream:
+            return None
+        key = next(iter(self._cpu_attempts))
+        supervisor = self._supervising.get(key)
+        if supervisor is None or key != (running.id, running.attempt + 1) or key == self._held_up:
+            return None
+        if supervisor.pid in self._not_kept:
+            return None  # its last job was asked to stop: another signal may be on its way
+        if running.spec.retries or running.id in guess.not_after:
+            return None
+        return supervisor, key
+
+    def _hand_on(self, store: JobStore, guess: _Guess) -> bool:
+        """Hand the guessed job to the supervisor of the CPU-only job running (_Handed), its start
+        committed first; False when that cannot be (then a spare is armed instead)."""
+        target = self._hand_on_target(guess)
+        if target is None or store.writes != guess.writes:
+            return False
+        supervisor, after = target
+        nxt = guess.job
+        launch = self._launch(nxt, ())
+        with store.transaction():
+            if store.data_version() != guess.version:
+                return False
+            self._write_start_times(store)
+            started = store.mark_started(
+                nxt.id, supervisor.pid, (), self.boot, str(launch.log_prefix), pid_start=supervisor.pid_start
+            )
+        if not started:
+            self._guess = None
+            self._dirty = True
+            return True
+        self._handed_to(store, guess, supervisor, after, launch, recorded=False)
+        return True
+
+    def _handed_to(
+        self,
+        store: JobStore,
+        guess: _Guess,
+        supervisor: supervise.Spare,
+        after: tuple[int, int],
+        launch: supervise.Launch,
+        recorded: bool,
+    ) -> None:
+        """Send the job whose start was just committed to its supervisor."""
+        self._guess = None
+        nxt = guess.job
+        try:
+            supervise.hand_on(supervisor, launch, recorded)
+        except OSError:
+            self._abandon(store, nxt.id, nxt.attempt + 1, say=False)  # it never ran: as if not started
+            self._dirty = True
+            return
+        self._handed = _Handed(dataclasses.replace(guess, writes=store.writes), supervisor, after, time.monotonic())
+        self.reasons.pop(nxt.id, None)
+
+    def _finish_and_hand_on(
+        self, store: JobStore, job_id: int, attempt: int, outcome: supervise.Outcome, supervisor: supervise.Spare
+    ) -> bool:
+        """The fast way when the supervisor whose job ended runs the job handed on to it: record
+        the end and hand it the job after in one transaction, and say both in one write."""
+        guess = self._guess
+        if guess is None or self._handed is not None or self._armed is not None or job_id in guess.not_after:
+            return False
+        target = self._hand_on_target(guess)
+        if target is None or target[0] is not supervisor or store.writes != guess.writes:
+            return False
+        nxt = guess.job
+        launch = self._launch(nxt, ())
+        started = False
+        with store.transaction():
+            if store.data_version() != guess.version:
+                return False
+            self._write_start_times(store)
+            ended = store.end_attempt(
+                job_id, attempt, outcome.exit_code, outcome.outcome, outcome.reason, ended_at=outcome.ended_at
+            )
+            if ended is not None and ended[0] in END_STATES and ended[1] is None:
+                started = store.mark_started(
+                    nxt.id, supervisor.pid, (), self.boot, str(launch.log_prefix), pid_start=supervisor.pid_start
+                )
+        if not started:
+            if ended is not None:
+                self._ended(job_id, outcome)
+            # It runs the job handed on before: it stays, and is kept after it only if it could be now.
+            self._release(supervisor, reuse=ended is not None and _keeps(outcome, ended[1] is not None))
+            return True
+        self._handed_to(store, guess, supervisor, target[1], launch, recorded=True)
+        self._say_end(job_id, outcome)
+        return True
+
+    def _finish_before_on(
+        self, store: JobStore, job_id: int, attempt: int, outcome: supervise.Outcome, supervisor: supervise.Spare
+    ) -> bool:
+        """The fast way for the end of a job whose supervisor went on to a job handed on (it
+        started, or starts now and says "on" next), when the end and the next start cannot go
+        in one transaction: the end alone, without a read. The guess behind holds."""
+        handed = self._handed
+        pending = handed is not None and handed.supervisor is supervisor
+        if not (pending or self._runs_another(supervisor)) or (handed is not None and handed.revoking):
+            return False
+        guess = handed.guess if pending and handed is not None else self._guess
+        if guess is not None and (job_id in guess.not_after or store.writes != guess.writes):
+            return False
+        with store.transaction():
+            if guess is not None and store.data_version() != guess.version:
+                return False
+            self._write_start_times(store)
+            ended = store.end_attempt(
+                job_id, attempt, outcome.exit_code, outcome.outcome, outcome.reason, ended_at=outcome.ended_at
+            )
+        if ended is None or ended[0] not in END_STATES or guess is None:
+            if ended is not None:
+                self._ended(job_id, outcome)  # back in the queue, or the line is read again: a pass decides
+        else:
+            moved = dataclasses.replace(guess, writes=store.writes)
+            if pending and handed is not None:
+                handed.guess = moved
+            else:
+                self._guess = moved
+            self._say_end(job_id, outcome)
+        # It stays (it runs the job handed on), and is kept after it only if it could be now.
+        self._release(supervisor, reuse=ended is not None and _keeps(outcome, ended[1] is not None))
+        return True
+
+    def _on(self, store: JobStore, job_id: int, attempt: int, started_at: float) -> None:
+        """A job handed on started: its supervisor is now that job's, and its start is when it
+        says (recorded with the next transaction: the end of the job before, most often)."""
+        handed = self._handed
+        if handed is None or (handed.job.id, handed.job.attempt + 1) != (job_id, attempt):
+            return
+        self._handed = None
+        self._start_times.append((job_id, attempt, started_at))
+        self._supervising[job_id, attempt] = handed.supervisor
+        self._cpu_attempts[job_id, attempt] = started_at
+        self._fast_job = handed.job
+        rest = handed.guess.jobs[1:]
+        if self._guess is None and rest:
+            self._guess = dataclasses.replace(handed.guess, jobs=rest)
+        if len(rest) <= 1:
+            self._dirty = True  # read the queue again while this job runs
+        elif self._refresh_at is None:
+            self._refresh_at = time.monotonic() + REFRESH_S
+
+    def _write_start_times(self, store: JobStore) -> None:
+        """The start times said with "on", in the transaction open (they change no job's state)."""
+        times, self._start_times = self._start_times, []
+        for job_id, attempt, started_at in times:
+            store.started_at(job_id, attempt, started_at)
+
+    def _record_start(self, store: JobStore) -> None:
+        """The start times that no transaction took with it, in one of their own; the guess holds."""
+        if not self._start_times:
+            return
+        guess = self._guess
+        in_step = guess is not None and guess.writes == store.writes
+        with store.transaction():
+            self._write_start_times(store)
+        if guess is not None and in_step:
+            self._guess = dataclasses.replace(guess, writes=store.writes)
+
+    def _back(self, store: JobStore, job_id: int, attempt: int) -> None:
+        """A job handed on was dropped before it ran (taken back, or its supervisor stopped): it
+        goes back to the queue, or ends cancelled if that was asked."""
+        handed = self._handed
+        supervisor = None
+        if handed is not None and (handed.job.id, handed.job.attempt + 1) == (job_id, attempt):
+            self._handed = None
+            self._held_up = handed.after  # nothing more is handed on behind that job
+            supervisor = handed.supervisor
+        self._dirty = True
+        if supervisor is None:
+            return  # not the job handed on now (a line from before): its exit record says the same
+        idle = not self._runs_another(supervisor)  # its own end is recorded
+        try:
+            job = store.get(job_id)
+            if job is not None and job.state == "running" and job.attempt == attempt:
+                if job.request is None:
+                    self._abandon(store, job.id, job.attempt)  # (its exit record says "not run" until then)
+                else:
+                    dropped = supervise.Outcome(None, "cancelled", "cancelled on request before it ran", ran=False)
+                    self._finish(store, job, dropped)
+        except BaseException:
+            if idle:
+                supervise.discard(supervisor)  # it exits: a later pass reads the job's exit record
+            raise
+        if idle:
+            if self.pool is not None and supervisor.pid not in self._not_kept:
+                self.pool.give_back(supervisor)
+            else:
+                self._not_kept.discard(supervisor.pid)
+                supervise.discard(supervisor)
+
+    def _revoke(self, force: bool = False) -> None:
+        """Take back the job handed on when the job before has run HAND_ON_S (it may run for
+        hours: the job handed on would show as running all that time), or when `force`d."""
+        handed = self._handed
+        if handed is None or handed.revoking:
+            return
+        if not force and time.monotonic() - handed.at < HAND_ON_S:
+            return
+        handed.revoking = True
+        self._held_up = handed.after  # nothing more is handed on behind that one
+        if not supervise.revoke(handed.supervisor):
+            self._handed = None  # gone: a pass finds its jobs
+            self._dirty = True
 
     def _orphaned(self, job: Job) -> supervise.Outcome:
         """A supervisor died without a word: what it ran must not hold the GPUs on, unwatched."""
@@ -741,6 +1055,8 @@ class Daemon:
     def _exit_record(self, job: Job) -> supervise.Outcome | None:
         prefix = attempt_prefix(self.logs_dir, job.id, job.attempt)
         found = supervise.read_exit(log_paths(prefix)[2], job.attempt)
+        if found is not None and not found.ran and (found.ended_at or 0.0) < (job.started_at or 0.0):
+            return None  # "never ran", left before this start: that attempt number was used again
         if found is not None and found.outcome == "cancelled" and job.request == "cancel":
             return dataclasses.replace(found, reason="cancelled on request")
         return found
@@ -749,6 +1065,7 @@ class Daemon:
         """Plan and act. Between timed passes only the best-ranked jobs are read (a window): a
         job further back cannot start unless the window leaves a slot or a GPU unused, and then
         the pass reads them all."""
+        self._record_start(store)
         version, writes = store.data_version(), store.writes  # the database as the pass reads it
         guess: _Guess | None = None
         for _ in range(10):  # a failed dependency can fail a chain of dependants: settle it
@@ -926,7 +1243,9 @@ class Daemon:
         output and builds its environment while the job before runs, and runs it on "go", sent only once the start
         is committed."""
         guess = self._guess
-        if guess is None or self._armed is not None or self.pool is None:
+        if guess is None or self._armed is not None or self._handed is not None or self.pool is None:
+            return
+        if self._hand_on(store, guess):
             return
         if store.writes != guess.writes or store.data_version() != guess.version:
             self._guess = None
@@ -1036,6 +1355,8 @@ WINDOW = 32  # jobs read per event-driven pass
 RECORDING_AFTER_S = 2.0  # the ledger's sampler starts at the latest this long after the daemon
 REFRESH_S = 0.25  # a pass at most this long after a start made without one
 STATE_CHECK_S = 0.02  # how often a busy daemon looks whether its state folder was replaced
+HAND_ON_S = 0.1  # how long a job handed on may wait behind the job running before it is taken back
+STREAM_S = 0.1  # jobs are handed on after a CPU-only job that ran less than this
 # Supervisors kept forked ahead while jobs wait; the next is forked while a job runs. More did
 # not help on a 2-core box: they compete with the running job for the CPUs.
 SPARES = 1

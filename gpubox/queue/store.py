@@ -453,19 +453,41 @@ class JobStore:
             )
         return True
 
+    def started_at(self, job_id: int, attempt: int, when: float) -> None:
+        """When a running attempt started, where that came after its start was recorded (a job
+        handed on starts once the one before ends)."""
+        with self._write() as db:
+            db.execute("UPDATE jobs SET started_at = ? WHERE id = ? AND attempt = ?", (when, job_id, attempt))
+            db.execute("UPDATE attempts SET started_at = ? WHERE job_id = ? AND number = ?", (when, job_id, attempt))
+
     def abandon_start(self, job_id: int, attempt: int) -> bool:
-        """Undo a start whose supervisor never ran the job: queued again, as if never started."""
+        """Undo a start whose supervisor never ran the job: queued again, as if never started;
+        False when that attempt is not running, or when a cancel was asked of it meanwhile (then
+        it ends cancelled, having never run: the cancel is not undone with the start)."""
         with self._write() as db:
             cur = db.execute(
                 "UPDATE jobs SET state = 'queued', attempt = attempt - 1, started_at = NULL, pid = NULL,"
                 " pid_start = NULL, gpu_uuids = NULL, request = NULL"
-                " WHERE id = ? AND state = 'running' AND attempt = ?",
+                " WHERE id = ? AND state = 'running' AND attempt = ? AND (request IS NULL OR request != 'cancel')",
                 (job_id, attempt),
             )
-            if cur.rowcount != 1:
-                return False
-            db.execute("DELETE FROM attempts WHERE job_id = ? AND number = ?", (job_id, attempt))
-        return True
+            if cur.rowcount == 1:
+                db.execute("DELETE FROM attempts WHERE job_id = ? AND number = ?", (job_id, attempt))
+                return True
+            now = self._clock()
+            reason = "cancelled on request before it ran"
+            cancelled = db.execute(
+                "UPDATE jobs SET state = 'cancelled', ended_at = ?, reason = ?, request = NULL"
+                " WHERE id = ? AND state = 'running' AND attempt = ? AND request = 'cancel'",
+                (now, reason, job_id, attempt),
+            )
+            if cancelled.rowcount == 1:
+                db.execute(
+                    "UPDATE attempts SET ended_at = ?, outcome = 'cancelled', reason = ?"
+                    " WHERE job_id = ? AND number = ?",
+                    (now, reason, job_id, attempt),
+                )
+        return False
 
     def finish(
         self,

@@ -8,9 +8,9 @@ unrecorded or twice). At EOF instead it runs nothing, unless the database says i
 recorded (the daemon died between the two): then it runs the job, as "go" would have. It runs
 the job in its own process group with its GPUs and environment, and copies the job's output
 from those pipes to its logs (log_relay.py). It enforces the time limit and stops the whole
-tree when asked: SIGTERM cancels, SIGUSR1 preempts. It never writes the database (and reads it
-only in that one case, on a connection of its own): it tells the daemon how the job ended over
-the done pipe and waits for the daemon's "recorded". Without it (the daemon was killed, or
+tree when asked: SIGTERM cancels, SIGUSR1 preempts. It never writes the database (it reads it
+only on those rare paths, on a connection of its own): it tells the daemon how the job ended
+over the done pipe and waits for the daemon's "recorded". Without it (the daemon was killed, or
 could not record it) it leaves the outcome in `<log prefix>.exit`, a file written once, and the
 next daemon records it from there. Killing or restarting the daemon loses nothing.
 
@@ -19,6 +19,14 @@ a stream of short jobs does not pay a fork of Python each; but never after anyon
 its job, or its job was stopped (the daemon decides that as it records the end): a stop signal
 meant for the job that ended must not reach the next one. It exits only at EOF on the launch
 pipe (sent away, or the daemon gone), or when nobody records its job's end.
+
+In a stream of short jobs the daemon also hands a supervisor the next job while its job runs
+(NEXT, with that job's start recorded under this process): it starts it the moment its job
+ends, before telling the daemon of that end, and says "on"; or drops it, saying "back", when
+the daemon takes it back (REVOKE), when its own job was stopped, or when it was cancelled.
+Two jobs are then recorded under one supervisor for a moment, so a stop signal is placed from
+the database (the requests committed before their signals): a job handed on stops only when it
+was asked to, never for a signal meant for the job before it (`_Chain.stop_is_for`).
 """
 
 from __future__ import annotations
@@ -39,7 +47,7 @@ from gpubox.format import span
 from gpubox.probe.launch import probe_environment, without_probe
 from gpubox.queue import proctree
 from gpubox.queue.jobs import JobSpec, spec_from_json, spec_to_json
-from gpubox.queue.layout import lock_holder_at, log_paths
+from gpubox.queue.layout import attempt_prefix, lock_holder_at, log_paths
 from gpubox.queue.log_relay import LogRelay, copy_while_waiting, pump_all, readable
 from gpubox.queue.spawner import SHORT_SUCCESS
 from gpubox.queue.wire import poke
@@ -141,12 +149,52 @@ _OK = f"{SHORT_SUCCESS} ".encode()  # a success in a short line: "<job> <attempt
 GO = b"G"  # after the launch: run it (its start is recorded now)
 RECORDED = b"A"  # after the done message: the end is recorded; wait for the next launch
 RECORDED_WAIT_S = 30.0  # how long a supervisor waits for "recorded" before it leaves its exit record
+NEXT = b"N"  # then a launch line, while a job runs: run it when that job ends (its start is recorded)
+REVOKE = b"R"  # take back the job handed on, if it has not started: it goes back to the queue
+_ON = b" on "  # "<job> <attempt> on <started_at>": a job handed on has started (under this supervisor)
+_BACK = b" back\n"  # "<job> <attempt> back": a job handed on was dropped before it ran
 
 
 def prepare(spare: Spare, launch: Launch) -> None:
     """Give a spare a job to get ready for without running it: it makes the pipes for the job's
     output and builds its environment, then waits. `go` (once the start is recorded) runs it; `discard` sends it away.
     The pipe is closed on failure (OSError)."""
+    _send(spare, _launch_line(launch))
+
+
+def hand_on(supervisor: Spare, launch: Launch, recorded: bool = False) -> None:
+    """Hand a supervisor whose job runs the next job, whose start is recorded under its pid: it
+    runs it the moment its job ends, and answers "on" (or "back" if it never does). `recorded`:
+    say first that the end it told last is recorded. OSError when it is gone (the pipe is closed)."""
+    _send(supervisor, (RECORDED if recorded else b"") + NEXT + _launch_line(launch))
+
+
+def revoke(supervisor: Spare) -> bool:
+    """Take back the job handed on, if it has not started (the supervisor answers "back"); False
+    when the supervisor is gone."""
+    try:
+        _send(supervisor, REVOKE)
+    except OSError:
+        return False
+    return True
+
+
+def parse_chain(line: bytes) -> tuple[int, int, float | None] | None:
+    """A job handed on that started ("on": when) or was dropped ("back": None), or None for a
+    line that says neither (a done message)."""
+    parts = line.split(b" ")
+    try:
+        if len(parts) == 4 and parts[2] == _ON.strip():
+            started = float(parts[3])
+            return (int(parts[0]), int(parts[1]), started) if math.isfinite(started) else None
+        if len(parts) == 3 and parts[2] == _BACK.strip():
+            return int(parts[0]), int(parts[1]), None
+    except ValueError:
+        pass
+    return None
+
+
+def _launch_line(launch: Launch) -> bytes:
     data = json.dumps(
         {
             "job_id": launch.job_id,
@@ -162,7 +210,7 @@ def prepare(spare: Spare, launch: Launch) -> None:
             "db_path": None if launch.db_path is None else str(launch.db_path),
         }
     ).encode()
-    _send(spare, data + b"\n")  # JSON escapes newlines: the launch is one line
+    return data + b"\n"  # JSON escapes newlines: the launch is one line
 
 
 def go(spare: Spare) -> None:
@@ -252,6 +300,304 @@ class _Orders:
         return first == byte
 
 
+class _Chain:
+    """A supervisor's dealings with its daemon across jobs: the orders it reads, the ends it told
+    and waits to hear recorded, and the job handed on (NEXT) to run as soon as the one running
+    ends, without a word with the daemon in between (its start is recorded before it is handed
+    on). The daemon takes one back (REVOKE) when the running job does not end soon; this process
+    then answers "back" and never runs it."""
+
+    def __init__(self, orders: _Orders, done_w: int, short_success: bool) -> None:
+        self.orders = orders
+        self.done_w = done_w
+        self.short_success = short_success
+        self.unrecorded: list[tuple[Launch, Outcome, float]] = []  # ends told, and until when to wait
+        self.pending: tuple[Launch, _Ready | OSError] | None = None
+        # The last jobs it ran or dropped: a stop signal still on its way may be one of theirs.
+        self.recent: list[Launch] = []
+        self.closed = False  # no more orders: EOF, or a daemon that did not answer in time
+        # A job of its was stopped (or never ran): it runs no job handed on after that, as the
+        # daemon keeps no such supervisor (another stop signal may be on its way).
+        self.stopped = False
+        self.eof = False  # the daemon closed its end: it records no start under this process again
+        self.current: Launch | None = None  # the job running
+        self.asked: set[tuple[int, int]] = set()  # attempts a stop signal was placed on, not (yet) here
+
+    def fd(self) -> list[int]:
+        """What to watch while a job runs."""
+        return [] if self.closed else [self.orders.fd]
+
+    def deadline(self) -> float | None:
+        return self.unrecorded[0][2] if self.unrecorded and not self.closed else None
+
+    def on_readable(self) -> None:
+        """Orders came while a job runs: act on them (EOF: the daemon is gone)."""
+        if not self.orders._fill():
+            self.eof = True
+            self._close()
+        self._act()
+
+    def expire(self) -> None:
+        deadline = self.deadline()
+        if deadline is not None and time.monotonic() >= deadline:
+            self._close()  # a daemon that does not answer: nothing it says is waited for again
+
+    def _act(self) -> None:
+        buf = self.orders.buf
+        while buf:
+            first = buf[:1]
+            if first == RECORDED and self.unrecorded:
+                self.unrecorded.pop(0)
+            elif first == REVOKE:
+                if self.pending is not None:
+                    self.drop_pending("taken back by the daemon before it ran")
+            elif first == NEXT:
+                if b"\n" not in buf:
+                    return  # the rest is on its way
+                self.orders.buf = buf[1:]
+                launch = self.orders.launch()
+                assert launch is not None
+                self.pending = (launch, _ready(launch))
+                if (launch.job_id, launch.attempt) in self.asked:  # its cancel's signal came before it did
+                    self.drop_pending("cancelled before it ran")
+                buf = self.orders.buf
+                continue
+            else:
+                return  # a launch or "go": for next_job
+            buf = self.orders.buf = buf[1:]
+
+    def _close(self, telling: Launch | None = None) -> None:
+        """The daemon is gone, or silent: the ends it was told go to exit records, for the next.
+        `telling`: a job whose end is being told (its record follows)."""
+        if self.closed:
+            return
+        self.closed = True
+        if not self.eof:
+            # Heard no more, the daemon is not to hand anything over either: its next write fails
+            # (and undoes the start it made for it), rather than wait in a pipe nobody reads.
+            with suppress(OSError):
+                os.close(self.orders.fd)
+        told, self.unrecorded = self.unrecorded, []
+        for launch, result, _ in told:
+            _leave_exit_record(launch, result)
+        # Idle with every end heard recorded and no order begun, nothing can be recorded here that
+        # this process does not know of (a start goes with the order, or with the end it follows).
+        if told or telling or self.current or self.pending or self.orders.buf[:1] == NEXT:
+            self.never_came(*(launch for launch, _, _ in told), *([telling] if telling else []))
+        if told:
+            poke(told[-1][0].socket_path)
+
+    def never_came(self, *also: Launch) -> None:
+        """Jobs recorded as started under this process whose order never came (the daemon
+        stopped between the two, or this process stopped listening): each gets an exit record
+        that says it did not run, and is queued again by the next daemon, once this process is
+        gone. Not the jobs it ran, runs, holds, or dropped (`also`: more of them)."""
+        pending = self.pending[0] if self.pending else None
+        mine = [launch for launch in (self.current, pending, *self.recent, *also) if launch is not None]
+        if not mine:
+            return  # nothing known: no database to read (a spare that never had a job has none)
+        seen = {(launch.job_id, launch.attempt) for launch in mine}
+        for job_id, attempt in _recorded_here(mine[-1]):
+            if (job_id, attempt) not in seen:
+                prefix = attempt_prefix(mine[-1].log_prefix.parent, job_id, attempt)
+                never = Outcome(None, "cancelled", "the daemon stopped before handing it over", time.time(), False)
+                with suppress(OSError):
+                    write_exit(log_paths(prefix)[2], attempt, never)
+
+    def _write(self, message: bytes) -> bool:
+        if self.closed:
+            return False
+        with suppress(OSError):  # EPIPE when the daemon that asked for us is gone; EAGAIN when full
+            return os.write(self.done_w, message) == len(message)
+        return False
+
+    def done_with(self, launch: Launch) -> None:
+        """A job this process ran, or dropped: for placing a stop signal that comes after."""
+        self.recent = [*self.recent[-3:], launch]
+
+    def drop_pending(self, reason: str) -> None:
+        """Never run the job handed on; say so ("back"). Its exit record says it did not run, for a
+        daemon that misses the line: it queues it again, or ends it cancelled if that was asked."""
+        assert self.pending is not None
+        (launch, ready), self.pending = self.pending, None
+        self.done_with(launch)
+        self.asked.discard((launch.job_id, launch.attempt))
+        if not isinstance(ready, OSError):
+            ready.close()
+        dropped = Outcome(None, "cancelled", reason, time.time(), False)
+        with suppress(OSError):
+            write_exit(log_paths(launch.log_prefix)[2], launch.attempt, dropped)
+        if not self._write(b"%d %d%s" % (launch.job_id, launch.attempt, _BACK)):
+            self._close()  # its exit record says it: the next daemon queues it again
+
+    def take_next(self, result: Outcome) -> tuple[Launch, _Ready | OSError] | None:
+        """The job handed on, to start now that `result` ended the one before; None when there is
+        none or it may not run: after a stop (a stop signal meant for one job must not reach the
+        next), or with no daemon, unless its start is recorded."""
+        if self.pending is None:
+            return None
+        if _stops:
+            self.stop_is_for(None, False)  # the one handed on, if anyone asked it to stop
+        if self.pending is not None and (self.pending[0].job_id, self.pending[0].attempt) in self.asked:
+            self.drop_pending("cancelled before it ran")
+        if self.pending is None:
+            return None
+        if _stops or not _ended_by_itself(result):
+            self.drop_pending("its supervisor was stopped before it ran")
+            return None
+        if self.closed and not start_recorded(self.pending[0]):
+            self.drop_pending("its start was not recorded")
+            return None
+        nxt, self.pending = self.pending, None
+        return nxt
+
+    def tell_end(self, launch: Launch, result: Outcome, started: Launch | None, started_at: float = 0.0) -> None:
+        """Tell the daemon how a job ended (and that the next one, handed on, started then); without
+        a daemon to tell, leave its exit record."""
+        self.stopped = self.stopped or not _ended_by_itself(result)
+        done = done_message(launch.job_id, launch.attempt, result, self.short_success)
+        told = True
+        if started is not None:
+            on = b"%d %d%s%r\n" % (started.job_id, started.attempt, _ON, started_at)
+            if len(on) + len(done) <= select.PIPE_BUF:
+                done = on + done  # one wake-up of the daemon, not two
+            else:
+                told = self._write(on)
+        if told and self._write(done):
+            self.unrecorded.append((launch, result, time.monotonic() + RECORDED_WAIT_S))
+            return
+        self._close(telling=launch)
+        _leave_exit_record(launch, result)
+        poke(launch.socket_path)
+
+    def stop_is_for(self, current: Launch | None, handed: bool) -> bool:
+        """A stop signal came: whom it is for, from the requests in the database (a cancel is
+        committed before its signal is sent), among the jobs recorded under this process (one
+        handed on may be recorded before its order is read) and those it ran or dropped last. A
+        job handed on that was asked is dropped. True when the running job must stop: it was asked, or nobody
+        was and it was started the usual way (someone's own `kill`); a job handed on stops only
+        when asked (the signal was for the job before, which has ended)."""
+        pending = self.pending[0] if self.pending is not None else None
+        where = pending or current or (self.recent[-1] if self.recent else None)
+        recent = [r.job_id for r in self.recent if current is None or r.job_id != current.job_id]
+        asked = _requests(where, recent) if where is not None else None
+        if asked is None:  # the database cannot tell: as before jobs were handed on
+            if pending is not None:
+                self.drop_pending("its supervisor was stopped before it ran")
+            return current is not None
+        current_asked = current is not None and asked.pop((current.job_id, current.attempt), None) is not None
+        if pending is not None and asked.get((pending.job_id, pending.attempt)) is not None:
+            self.drop_pending("cancelled before it ran")
+        # One recorded here but not handed on yet is dropped when it comes (see _act).
+        self.asked |= {key for key, request in asked.items() if request is not None}
+        others_asked = any(request is not None for request in asked.values())
+        if current is None:
+            if others_asked:
+                del _stops[:]  # for the job handed on, dropped now
+            return False
+        if current_asked or (not handed and not others_asked):
+            return True
+        del _stops[:]  # for another job of this process's, or for the one before (ended)
+        return False
+
+    def next_job(self) -> tuple[Launch, _Ready | OSError, bool] | None:
+        """Idle: the next job to run and whether it was handed on, once its start is recorded
+        ("go", or NEXT; at EOF, the database); None when there is none (sent away, the daemon
+        gone). Until then, the ends told are heard recorded."""
+        while True:
+            if self.pending is not None:
+                if self.stopped or _stops:
+                    self.drop_pending("its supervisor was stopped before it ran")
+                    continue
+                if self.closed and not start_recorded(self.pending[0]):
+                    self.drop_pending("its start was not recorded")
+                    continue
+                (launch, ready), self.pending = self.pending, None
+                if not self._write(b"%d %d%s%r\n" % (launch.job_id, launch.attempt, _ON, time.time())):
+                    self._close(telling=launch)  # a daemon not told is not listened to again
+                return launch, ready, True
+            if self.closed:
+                return None
+            self._act()
+            first = self.orders.buf[:1]
+            if first not in (b"", b"{", NEXT):
+                self.orders.buf = self.orders.buf[1:]  # a "go" for nothing: not a launch
+                continue
+            if first != b"{":  # nothing yet, or a job handed on that is still on its way
+                deadline = self.deadline()
+                timeout = None if deadline is None else max(0.0, deadline - time.monotonic())
+                if timeout is not None and not select.select([self.orders.fd], [], [], timeout)[0]:
+                    self._close()  # (select retries a call a signal cut short, with the time left)
+                else:
+                    self.on_readable()
+                continue
+            plain = self.orders.launch()
+            if plain is None:
+                self.closed = self.eof = True
+                return None  # a launch cut short: sent away
+            proctree.set_name(f"gpubox-job{plain.job_id}")
+            prepared = _ready(plain)
+            # EOF instead of "go": sent away, or the daemon died, before or after it recorded the
+            # start. Recorded, the job is this process's to run, as if "go" had come: it runs
+            # once, and a later daemon records its end.
+            if not self.orders.expect(GO) and not start_recorded(plain):
+                if not isinstance(prepared, OSError):
+                    prepared.close()
+                self.closed = self.eof = True
+                return None  # no start was recorded: run nothing
+            return plain, prepared, False
+
+
+def _recorded_here(launch: Launch) -> list[tuple[int, int]]:
+    """The attempts the database records as running under this process (read only)."""
+    if launch.db_path is None:
+        return []
+    import sqlite3
+
+    try:
+        db = sqlite3.connect(f"{launch.db_path.resolve().as_uri()}?mode=ro", uri=True, timeout=10.0)
+        try:
+            rows = db.execute(
+                "SELECT id, attempt FROM jobs"
+                " WHERE state = 'running' AND pid = ? AND (pid_start IS NULL OR pid_start = ?)",
+                (os.getpid(), proctree.start_ticks(os.getpid())),
+            )
+            return [(int(r[0]), int(r[1])) for r in rows.fetchall()]
+        finally:
+            db.close()
+    except sqlite3.Error:
+        return []
+
+
+def _ended_by_itself(result: Outcome) -> bool:
+    return result.ran and result.outcome in ("succeeded", "failed")
+
+
+def _requests(launch: Launch, recent: list[int]) -> dict[tuple[int, int], str | None] | None:
+    """The stop asked of each job recorded as running under this process, and of the `recent`
+    ones it ran or dropped (read only, only when a stop signal must be placed); None when the
+    database cannot tell. A job cancelled already counts as asked (its request is cleared as its
+    end is recorded). By attempt: a job run again is another."""
+    if launch.db_path is None:
+        return None
+    import sqlite3
+
+    marks = ",".join("?" * len(recent))
+    try:
+        db = sqlite3.connect(f"{launch.db_path.resolve().as_uri()}?mode=ro", uri=True, timeout=10.0)
+        try:
+            rows = db.execute(
+                "SELECT id, attempt, request, state FROM jobs"
+                f" WHERE (state = 'running' AND pid = ?) OR id IN ({marks})",
+                (os.getpid(), *recent),
+            ).fetchall()
+        finally:
+            db.close()
+    except sqlite3.Error:
+        return None
+    return {(row[0], row[1]): row[2] or ("cancel" if row[3] == "cancelled" else None) for row in rows}
+
+
 def _spare_main(launch_r: int, done_w: int, short_success: bool) -> int:
     os.setsid()  # out of the daemon's session: its terminal and its signals are not ours
     signal.set_wakeup_fd(-1)
@@ -268,48 +614,57 @@ def _spare_main(launch_r: int, done_w: int, short_success: bool) -> int:
     os.closerange(low + 1, high)
     os.closerange(high + 1, 1 << 16)
     proctree.become_subreaper()
-    orders = _Orders(launch_r)
     wake_r, wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
     # A job's end (SIGCHLD), or a stop signal, wakes the wait in _run; set once, not per job. Idle,
     # nothing is waited for: what a signal writes then only wakes the next job's wait once more.
     signal.set_wakeup_fd(wake_w)
     signal.signal(signal.SIGCHLD, lambda *_: None)
+    chain = _Chain(_Orders(launch_r), done_w, short_success)
     while True:
-        launch = orders.launch()
-        if launch is None:
-            return 0  # no start was recorded (or it is sent away while idle): run nothing
-        proctree.set_name(f"gpubox-job{launch.job_id}")
-        ready: _Ready | OSError = _ready(launch)
-        try:
-            # EOF instead of "go": sent away, or the daemon died, before or after it recorded the
-            # start. Recorded, the job is this process's to run, as if "go" had come: it runs
-            # once, and a later daemon records its end.
-            if not orders.expect(GO) and not start_recorded(launch):
-                return 0  # no start was recorded: run nothing
-            if isinstance(ready, OSError):
-                ready = _ready(launch)  # prepared long before, maybe: what counts is now
-            if isinstance(ready, OSError):  # a read-only file system, a file for a folder: it fails, saying why
-                where = launch.log_prefix.parent
-                result = Outcome(None, "failed", f"its logs cannot be opened in {where}: {ready.strerror or ready}")
-            else:
-                result = _run(launch, ready, wake_r)
-        finally:
-            if not isinstance(ready, OSError):
-                ready.close()
-        if result.ended_at is None:  # (built anew: dataclasses.replace costs several times more)
-            result = Outcome(result.exit_code, result.outcome, result.reason, time.time(), result.ran)
-        told = False
-        message = done_message(launch.job_id, launch.attempt, result, short_success)
-        with suppress(OSError):  # EPIPE when the daemon that asked for us is gone; EAGAIN when full
-            told = os.write(done_w, message) == len(message)
-        # A daemon that does not answer in time (it failed to record, or hangs) gets the exit
-        # record instead: the job's end is never left unrecorded behind a silent supervisor.
-        if not (told and orders.expect(RECORDED, RECORDED_WAIT_S)):
-            # Then the record a daemon that missed the message (killed, restarted) reads instead,
-            # and a daemon woken to read it (once this process is gone: it then looks).
-            _leave_exit_record(launch, result)
-            poke(launch.socket_path)
-            return 0
+        job = chain.next_job()
+        if job is None:
+            if chain.closed and not chain.eof:
+                # It stopped listening to a daemon that may still be there, and may have recorded
+                # another start under this process since: never to run, as the next daemon learns.
+                chain.never_came()
+            return 0  # nothing to run, nothing to tell: sent away, or the daemon is gone
+        launch, ready, handed = job
+        chain.current = launch
+        started: int | Outcome | None = None
+        started_at = 0.0
+        while True:  # one job, then each handed on while it ran
+            proctree.set_name(f"gpubox-job{launch.job_id}")
+            try:
+                if isinstance(ready, OSError):
+                    ready = _ready(launch)  # prepared long before, maybe: what counts is now
+                if isinstance(ready, OSError):  # a read-only file system, a file for a folder: it fails, saying why
+                    where = launch.log_prefix.parent
+                    result = Outcome(None, "failed", f"its logs cannot be opened in {where}: {ready.strerror or ready}")
+                elif isinstance(started, Outcome):
+                    result = started
+                else:
+                    result = _run(launch, ready, wake_r, chain, handed, started)
+                if result.ended_at is None:  # (built anew: dataclasses.replace costs several times more)
+                    result = Outcome(result.exit_code, result.outcome, result.reason, time.time(), result.ran)
+                after = chain.take_next(result)
+                if after is not None:
+                    # The next job first (its start is recorded): the end is told once it runs.
+                    next_launch, next_ready = after
+                    if isinstance(next_ready, OSError):
+                        next_ready = _ready(next_launch)
+                    started = _spawn(next_ready) if not isinstance(next_ready, OSError) else None
+                    started_at = time.time()
+                    chain.current = next_launch  # (what runs now, should the end below not be told)
+            finally:
+                if not isinstance(ready, OSError):
+                    ready.close()
+            chain.done_with(launch)
+            chain.tell_end(launch, result, None if after is None else after[0], started_at)
+            if after is None:
+                break
+            launch, ready, handed = next_launch, next_ready, True
+            chain.current = launch
+        chain.current = None
         # Idle: out of the job's directory (it would keep a file system busy), under a name
         # that says so. A stop signal that comes now is noted: the next job is then reported
         # stopped before it ran (and queued again); the daemon keeps no supervisor that was
@@ -560,13 +915,23 @@ def _note_stop(signum: int, _frame: object) -> None:
     _stops.append(signum)
 
 
-def _run(launch: Launch, ready: _Ready, wake_r: int) -> Outcome:
+def _run(
+    launch: Launch,
+    ready: _Ready,
+    wake_r: int,
+    chain: _Chain | None = None,
+    handed: bool = False,
+    started: int | None = None,
+) -> Outcome:
+    """Run the job (or watch it, `started` already) to its end. `chain`: orders to act on
+    meanwhile; `handed`: it was handed on (a stop signal counts only when it was asked one)."""
     err = ready.err
-    if _stops:  # asked to stop before the job ever ran: it does not run
+    if started is None and _stops and (chain is None or chain.stop_is_for(launch, handed)):
+        # asked to stop before the job ever ran: it does not run
         if signal.SIGUSR1 in _stops:
             return Outcome(None, "preempted", "stopped to make room for an infer job before it ran", time.time(), False)
         return Outcome(None, "cancelled", "stopped by SIGTERM before it ran", time.time(), False)
-    job_pid = _spawn(ready)
+    job_pid = _spawn(ready) if started is None else started
     if isinstance(job_pid, Outcome):
         return job_pid
     me = os.getpid()
@@ -586,7 +951,7 @@ def _run(launch: Launch, ready: _Ready, wake_r: int) -> Outcome:
             reaped(pid, st)
         if status is not None:
             break
-        if _stops:
+        if _stops and (chain is None or chain.stop_is_for(launch, handed)):
             stopped_for = "preempt" if signal.SIGUSR1 in _stops else "cancel"
             proctree.stop_tree(me, job_pid, launch.grace_s, reaped, ready.wait, _daemon(launch))
             break
@@ -596,8 +961,16 @@ def _run(launch: Launch, ready: _Ready, wake_r: int) -> Outcome:
             proctree.stop_tree(me, job_pid, launch.grace_s, reaped, ready.wait, _daemon(launch))
             break
         wait = 5.0 if deadline is None else max(0.0, min(5.0, deadline - time.monotonic()))
+        told_by = chain.deadline() if chain is not None else None
+        if told_by is not None:
+            wait = max(0.0, min(wait, told_by - time.monotonic()))
+        orders = chain.fd() if chain is not None else []
         with suppress(InterruptedError):
-            select.select([wake_r, *readable(ready.relays)], [], [], wait)
+            ready_fds = select.select([wake_r, *orders, *readable(ready.relays)], [], [], wait)[0]
+        if chain is not None:
+            if orders and orders[0] in ready_fds:
+                chain.on_readable()
+            chain.expire()
         pump_all(ready.relays)
         with suppress(OSError):
             os.read(wake_r, 512)

@@ -36,11 +36,12 @@ def run_daemon(
     config: QueueConfig | None = None,
 ) -> int:
     """Run a daemon in this thread while `scenario(daemon, store)` runs in another; how often the
-    fast way started a job."""
+    fast way started a job (an armed spare told to go, or a job handed on that started)."""
     config = config or QueueConfig(poll_interval_s=2.0)
     daemon = Daemon(paths, config, gpu_source=gpu_source or NoGpus(), log=log)
     fast = 0
     original = daemon._finish_and_start_next
+    original_on = daemon._on
 
     def counted(*args: object) -> bool:
         nonlocal fast
@@ -49,7 +50,14 @@ def run_daemon(
         fast += taken and armed is not None and daemon._armed is not armed  # its armed spare went
         return taken
 
+    def counted_on(store: JobStore, job_id: int, attempt: int, started_at: float) -> None:
+        nonlocal fast
+        handed = daemon._handed
+        fast += handed is not None and (handed.job.id, handed.job.attempt + 1) == (job_id, attempt)
+        original_on(store, job_id, attempt, started_at)
+
     daemon._finish_and_start_next = counted  # type: ignore[method-assign]
+    daemon._on = counted_on  # type: ignore[method-assign]
     failure: list[BaseException] = []
 
     def side() -> None:

@@ -439,3 +439,24 @@ def test_a_success_is_recorded_alike_with_or_without_a_stop_asked(store: JobStor
         (attempt,) = store.attempts(job_id)
         assert (attempt.outcome, attempt.exit_code, attempt.reason, attempt.ended_at) == ended[:4]
     assert store.end_attempt(plain.id, 1, 0, "succeeded") is None  # ended once
+
+
+def test_undoing_a_start_queues_the_job_again_unless_it_was_cancelled_meanwhile(store: JobStore) -> None:
+    """A start whose job never ran (a job handed on and taken back) is undone; a cancel asked of
+    it meanwhile is not undone with it: the job ends cancelled, never having run."""
+    again, cancelled = (store.add(JobSpec(argv=("true",), cwd="/", env={}, gpus=0)).id for _ in range(2))
+    start(store, again)
+    start(store, cancelled)
+    store.request_stop(cancelled, "cancel")
+    assert store.abandon_start(again, 1)
+    assert (get(store, again).state, get(store, again).attempt, store.attempts(again)) == ("queued", 0, [])
+    assert not store.abandon_start(cancelled, 1)
+    job = get(store, cancelled)
+    assert (job.state, job.attempt, job.request, job.reason) == (
+        "cancelled",
+        1,
+        None,
+        "cancelled on request before it ran",
+    )
+    assert [a.outcome for a in store.attempts(cancelled)] == ["cancelled"]
+    assert not store.abandon_start(again, 1)  # not running: nothing changes
