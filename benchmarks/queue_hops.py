@@ -1,12 +1,14 @@
 """Where each job of a stream waits, from the kernel's scheduler events: N queued `true` jobs run by
-the daemon alone (benchmarks/queue_daemon_throughput.py) under `perf sched record`, then, for
-each job, the four hops of the chain that starts one job after another:
+the daemon alone (benchmarks/queue_daemon_throughput.py) under `perf sched record`, then, from
+one job to the next (one CPU slot: they run one after another):
 
-- `go -> spawn`: from the daemon waking the supervisor with "go" to that supervisor starting
-  the job (its `posix_spawn` wakes the child);
-- `spawn -> exit`: the job itself (for `true`: exec, the dynamic loader, exit);
-- `exit -> done`: from the job's exit to its supervisor waking the daemon with the end;
-- `done -> next go`: the daemon records the end and the next start, then says "go".
+- `spawn -> exit`: the job itself (for `true`: exec, the dynamic loader, exit), from its
+  supervisor's `posix_spawn` waking it to its exit waking the supervisor;
+- `exit -> next spawn, handed on`: from a job's exit to the next job's spawn, where the next job
+  was handed on to the same supervisor (no word with the daemon in between);
+- `exit -> next spawn, by the daemon`: the same where the daemon woke a supervisor in between
+  (the end told, recorded, and the next start's "go"; the first jobs of a stream, and after a
+  job too long to hand on after).
 
 Needs `perf` and the right to trace the scheduler (root, or kernel.perf_event_paranoid <= -1).
 
@@ -30,36 +32,31 @@ JOB = "gpubox-job"  # a supervisor's name while it has a job (gpubox/queue/super
 
 
 def hops(timehist: str) -> dict[str, list[float]]:
-    """The four hops of each job, in ms, from `perf sched timehist -w` lines."""
-    go: dict[int, float] = {}
-    spawn: dict[int, float] = {}
-    exited: dict[int, float] = {}
-    done: dict[int, float] = {}
+    """The job and the way to the next, in ms, from `perf sched timehist -w` lines."""
+    job: list[float] = []
+    handed: list[float] = []
+    by_daemon: list[float] = []
+    spawned: float | None = None  # the last job's spawn
+    exited: float | None = None  # the last job's exit
+    daemon_woke = False  # the daemon woke a supervisor since that exit
     for line in timehist.splitlines():
         m = EVENT.match(line)
         if m is None:
             continue
         t, src, src_pid, dst, dst_pid = float(m[1]), m[2], int(m[3]), m[4], int(m[5])
         if src == "python" and dst.startswith(JOB):
-            go.setdefault(int(dst[len(JOB) :]), t)  # the first wake-up by the daemon: "go"
-        elif src.startswith(JOB) and dst.startswith(JOB) and src_pid != dst_pid:
-            spawn.setdefault(int(src[len(JOB) :]), t)  # the supervisor wakes its vfork child
-        elif src == "true" and dst.startswith(JOB):
-            exited[int(dst[len(JOB) :])] = t
-        elif src.startswith(JOB) and dst == "python":
-            done[int(src[len(JOB) :])] = t
-
-    def between(start: dict[int, float], end: dict[int, float], step: int = 0) -> list[float]:
-        # A "go" that came while its supervisor was still awake (preparing) wakes nobody: then the
-        # first wake-up seen is a later one, and that job's hop is left out (it would be negative).
-        gaps = ((end[j + step] - start[j]) * 1000.0 for j in start if j + step in end)
-        return [g for g in gaps if g >= 0]
-
+            daemon_woke = True
+        elif src.startswith(JOB) and dst.startswith(JOB) and src_pid != dst_pid:  # a supervisor wakes its vfork child
+            if exited is not None:
+                (by_daemon if daemon_woke else handed).append((t - exited) * 1000.0)
+            spawned, exited = t, None
+        elif src == "true" and dst.startswith(JOB) and spawned is not None:
+            job.append((t - spawned) * 1000.0)
+            spawned, exited, daemon_woke = None, t, False
     return {
-        "go -> spawn": between(go, spawn),
-        "spawn -> exit": between(spawn, exited),
-        "exit -> done": between(exited, done),
-        "done -> next go": between(done, go, 1),
+        "spawn -> exit": job,
+        "exit -> next spawn, handed on": handed,
+        "exit -> next spawn, by the daemon": by_daemon,
     }
 
 
@@ -85,7 +82,6 @@ def main() -> int:
         ).stdout
     print("| hop | jobs | p10 ms | p50 ms | p90 ms | mean ms |")
     print("|---|---:|---:|---:|---:|---:|")
-    total = 0.0
     for name, values in hops(hist).items():
         if not values:
             print(f"| {name} | 0 | | | | |")
@@ -93,11 +89,10 @@ def main() -> int:
         values.sort()
         n = len(values)
         mean = statistics.mean(values)
-        total += mean
         print(
             f"| {name} | {n} | {values[n // 10]:.3f} | {values[n // 2]:.3f} | {values[n * 9 // 10]:.3f} | {mean:.3f} |"
         )
-    print(f"sum of the means: {total:.3f} ms a job (perf's tracing slows every hop a little)")
+    print("(perf's tracing slows every hop a little)")
     return 0
 
 
