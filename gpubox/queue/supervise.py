@@ -52,6 +52,10 @@ from gpubox.queue.log_relay import LogRelay, copy_while_waiting, pump_all, reada
 from gpubox.queue.spawner import SHORT_SUCCESS
 from gpubox.queue.wire import poke
 
+TYPE_CHECKING = False  # typing is not imported at run time (every supervisor would)
+if TYPE_CHECKING:
+    from typing import Any
+
 NOT_FOUND = 127
 NOT_EXECUTABLE = 126
 
@@ -548,25 +552,28 @@ class _Chain:
             return plain, prepared, False
 
 
-def _recorded_here(launch: Launch) -> list[tuple[int, int]]:
-    """The attempts the database records as running under this process (read only)."""
+def _read_db(launch: Launch, sql: str, params: tuple[object, ...]) -> list[tuple[Any, ...]] | None:
+    """Rows from the queue's database, read only, on a connection of this process's own; None
+    when it cannot be read. Only on rare paths: sqlite3 is imported here, not in every supervisor."""
     if launch.db_path is None:
-        return []
+        return None
     import sqlite3
 
     try:
         db = sqlite3.connect(f"{launch.db_path.resolve().as_uri()}?mode=ro", uri=True, timeout=10.0)
         try:
-            rows = db.execute(
-                "SELECT id, attempt FROM jobs"
-                " WHERE state = 'running' AND pid = ? AND (pid_start IS NULL OR pid_start = ?)",
-                (os.getpid(), proctree.start_ticks(os.getpid())),
-            )
-            return [(int(r[0]), int(r[1])) for r in rows.fetchall()]
+            return [tuple(row) for row in db.execute(sql, params).fetchall()]
         finally:
             db.close()
     except sqlite3.Error:
-        return []
+        return None
+
+
+def _recorded_here(launch: Launch) -> list[tuple[int, int]]:
+    """The attempts the database records as running under this process."""
+    me = os.getpid()
+    sql = "SELECT id, attempt FROM jobs WHERE state = 'running' AND pid = ? AND (pid_start IS NULL OR pid_start = ?)"
+    return [(int(i), int(n)) for i, n in _read_db(launch, sql, (me, proctree.start_ticks(me))) or []]
 
 
 def _ended_by_itself(result: Outcome) -> bool:
@@ -575,27 +582,20 @@ def _ended_by_itself(result: Outcome) -> bool:
 
 def _requests(launch: Launch, recent: list[int]) -> dict[tuple[int, int], str | None] | None:
     """The stop asked of each job recorded as running under this process, and of the `recent`
-    ones it ran or dropped (read only, only when a stop signal must be placed); None when the
-    database cannot tell. A job cancelled already counts as asked (its request is cleared as its
-    end is recorded). By attempt: a job run again is another."""
-    if launch.db_path is None:
-        return None
-    import sqlite3
-
+    ones it ran or dropped (only when a stop signal must be placed); None when the database
+    cannot tell. A job cancelled already counts as asked (its request is cleared as its end is
+    recorded). By attempt: a job run again is another."""
     marks = ",".join("?" * len(recent))
-    try:
-        db = sqlite3.connect(f"{launch.db_path.resolve().as_uri()}?mode=ro", uri=True, timeout=10.0)
-        try:
-            rows = db.execute(
-                "SELECT id, attempt, request, state FROM jobs"
-                f" WHERE (state = 'running' AND pid = ?) OR id IN ({marks})",
-                (os.getpid(), *recent),
-            ).fetchall()
-        finally:
-            db.close()
-    except sqlite3.Error:
+    rows = _read_db(
+        launch,
+        f"SELECT id, attempt, request, state FROM jobs WHERE (state = 'running' AND pid = ?) OR id IN ({marks})",
+        (os.getpid(), *recent),
+    )
+    if rows is None:
         return None
-    return {(row[0], row[1]): row[2] or ("cancel" if row[3] == "cancelled" else None) for row in rows}
+    return {
+        (int(i), int(n)): (str(r) if r else None) or ("cancel" if st == "cancelled" else None) for i, n, r, st in rows
+    }
 
 
 def _spare_main(launch_r: int, done_w: int, short_success: bool) -> int:
@@ -674,21 +674,10 @@ def _spare_main(launch_r: int, done_w: int, short_success: bool) -> int:
 
 
 def start_recorded(launch: Launch) -> bool:
-    """Whether the database says this process runs the launch's attempt (read only, and only
-    when "go" did not come: sqlite3 is imported here, not in every supervisor)."""
-    if launch.db_path is None:
-        return False
-    import sqlite3
-
-    try:
-        db = sqlite3.connect(f"{launch.db_path.resolve().as_uri()}?mode=ro", uri=True, timeout=10.0)
-        try:
-            row = db.execute("SELECT state, attempt, pid FROM jobs WHERE id = ?", (launch.job_id,)).fetchone()
-        finally:
-            db.close()
-    except sqlite3.Error:
-        return False
-    return row is not None and tuple(row) == ("running", launch.attempt, os.getpid())
+    """Whether the database says this process runs the launch's attempt (only when "go" did
+    not come)."""
+    rows = _read_db(launch, "SELECT state, attempt, pid FROM jobs WHERE id = ?", (launch.job_id,))
+    return rows is not None and rows[:1] == [("running", launch.attempt, os.getpid())]
 
 
 def _record(result: Outcome) -> dict[str, object]:
