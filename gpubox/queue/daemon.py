@@ -126,6 +126,11 @@ class _Handed:
     def job(self) -> Job:
         return self.guess.job
 
+    @property
+    def attempt(self) -> tuple[int, int]:
+        """The job handed on and the attempt its start is recorded as."""
+        return self.guess.job.id, self.guess.job.attempt + 1
+
 
 def boot_id(env: dict[str, str] | None = None) -> str:
     """This boot's id: jobs recorded under another one ran before a restart."""
@@ -589,7 +594,7 @@ class Daemon:
         changed = False
         now = self.clock()
         handed = self._handed
-        if handed is not None and (handed.job.id, handed.job.attempt + 1) not in {(j.id, j.attempt) for j in running}:
+        if handed is not None and handed.attempt not in {(j.id, j.attempt) for j in running}:
             self._handed = None  # its start was undone, or it ended, with no word here
         for job in running:
             if job.pid is None:
@@ -602,7 +607,7 @@ class Daemon:
                 # that job ends too. One this daemon talks to says it on the done pipe.
                 handed = self._handed
                 if (job.id, job.attempt) in self._supervising or (
-                    handed is not None and (handed.job.id, handed.job.attempt + 1) == (job.id, job.attempt)
+                    handed is not None and handed.attempt == (job.id, job.attempt)
                 ):
                     continue
                 found = self._exit_record(job)
@@ -762,9 +767,7 @@ class Daemon:
                 return False  # someone changed the queue since the guess
             self._write_start_times(store)
             # The stop asked of it comes from the same read as the end (see _stop_asked).
-            ended = store.end_attempt(
-                job_id, attempt, outcome.exit_code, outcome.outcome, outcome.reason, ended_at=outcome.ended_at
-            )
+            ended = _end_attempt(store, job_id, attempt, outcome)
             asked = ended is not None and ended[1] is not None
             if ended is not None and ended[0] in END_STATES:  # not back in the queue
                 # No `expect`: nobody else committed since the job was read, so its spec is the one read.
@@ -903,9 +906,7 @@ class Daemon:
             if store.data_version() != guess.version:
                 return False
             self._write_start_times(store)
-            ended = store.end_attempt(
-                job_id, attempt, outcome.exit_code, outcome.outcome, outcome.reason, ended_at=outcome.ended_at
-            )
+            ended = _end_attempt(store, job_id, attempt, outcome)
             if ended is not None and ended[0] in END_STATES and ended[1] is None:
                 started = store.mark_started(
                     nxt.id, supervisor.pid, (), self.boot, str(launch.log_prefix), pid_start=supervisor.pid_start
@@ -937,9 +938,7 @@ class Daemon:
             if guess is not None and store.data_version() != guess.version:
                 return False
             self._write_start_times(store)
-            ended = store.end_attempt(
-                job_id, attempt, outcome.exit_code, outcome.outcome, outcome.reason, ended_at=outcome.ended_at
-            )
+            ended = _end_attempt(store, job_id, attempt, outcome)
         if ended is None or ended[0] not in END_STATES or guess is None:
             if ended is not None:
                 self._ended(job_id, outcome)  # back in the queue, or the line is read again: a pass decides
@@ -958,7 +957,7 @@ class Daemon:
         """A job handed on started: its supervisor is now that job's, and its start is when it
         says (recorded with the next transaction: the end of the job before, most often)."""
         handed = self._handed
-        if handed is None or (handed.job.id, handed.job.attempt + 1) != (job_id, attempt):
+        if handed is None or handed.attempt != (job_id, attempt):
             return
         self._handed = None
         self._start_times.append((job_id, attempt, started_at))
@@ -995,7 +994,7 @@ class Daemon:
         goes back to the queue, or ends cancelled if that was asked."""
         handed = self._handed
         supervisor = None
-        if handed is not None and (handed.job.id, handed.job.attempt + 1) == (job_id, attempt):
+        if handed is not None and handed.attempt == (job_id, attempt):
             self._handed = None
             self._held_up = handed.after  # nothing more is handed on behind that job
             supervisor = handed.supervisor
@@ -1360,6 +1359,13 @@ STREAM_S = 0.1  # jobs are handed on after a CPU-only job that ran less than thi
 # Supervisors kept forked ahead while jobs wait; the next is forked while a job runs. More did
 # not help on a 2-core box: they compete with the running job for the CPUs.
 SPARES = 1
+
+
+def _end_attempt(
+    store: JobStore, job_id: int, attempt: int, outcome: supervise.Outcome
+) -> tuple[str, str | None] | None:
+    """store.end_attempt with what a supervisor said of the end (the fast ways from one job to the next)."""
+    return store.end_attempt(job_id, attempt, outcome.exit_code, outcome.outcome, outcome.reason, outcome.ended_at)
 
 
 def _keeps(outcome: supervise.Outcome, asked: bool) -> bool:
