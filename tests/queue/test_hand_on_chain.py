@@ -9,22 +9,11 @@ from pathlib import Path
 import pytest
 
 from gpubox.queue import supervise
-from gpubox.queue.store import JobSpec
+from tests.queue.test_spawner import _launch
 
 
 def launch(tmp_path: Path, job_id: int, attempt: int = 1) -> supervise.Launch:
-    return supervise.Launch(
-        job_id=job_id,
-        attempt=attempt,
-        spec=JobSpec(argv=("true",), cwd=str(tmp_path), env={}, gpus=0, probe=False),
-        gpu_uuids=(),
-        log_prefix=tmp_path / f"{job_id}.{attempt}",
-        boot_id="b",
-        grace_s=1.0,
-        daemon_pid=os.getpid(),
-        socket_path=tmp_path / "no.sock",
-        db_path=tmp_path / "queue.db",
-    )
+    return _launch(tmp_path, ("true",), attempt, job_id=job_id, db_path=tmp_path / "queue.db")
 
 
 def chain_with(daemon: bool) -> tuple[supervise._Chain, int, int]:

@@ -21,7 +21,7 @@ from gpubox.queue.client import cancel_jobs
 from gpubox.queue.daemon import Daemon
 from gpubox.queue.layout import socket_path
 from gpubox.queue.schedule import QueueConfig
-from gpubox.queue.store import JobStore
+from gpubox.queue.store import Job, JobStore
 from gpubox.queue.wire import poke
 from tests.queue.conftest import NoGpus, wait_until
 from tests.queue.test_queue_fast_start import HANG, hold, run_daemon, spec, wait_done
@@ -36,6 +36,21 @@ def handed_to_run_after(daemon: Daemon, job_id: int) -> bool:
 def any_job_is_short(monkeypatch: pytest.MonkeyPatch) -> None:
     """Jobs are handed on after any job, however slow this machine runs `true`."""
     monkeypatch.setattr(daemon_module, "STREAM_S", HANG)
+
+
+def true_long_and(store: JobStore, tmp_path: Path, *names: str) -> list[Job]:
+    """A `true`, a long job (it holds until `go` is made, then writes "long" to `ran`), and jobs
+    that write their names there: in that order, each once, if all goes well."""
+    ran = tmp_path / "ran"
+    long = spec(f"{hold(tmp_path / 'go')}; echo long >> {ran}")
+    return store.add_many([spec("true"), long, *(spec(f"echo {name} >> {ran}") for name in names)])
+
+
+def release_and_see_only_the_third_cancelled(store: JobStore, tmp_path: Path, jobs: list[Job]) -> None:
+    """Let the long job end; every job ends, the long one and the last succeeded, the third cancelled."""
+    (tmp_path / "go").touch()
+    wait_done(store, [j.id for j in jobs])
+    assert [store.require(j.id).state for j in jobs[1:]] == ["succeeded", "cancelled", "succeeded"]
 
 
 def test_a_stream_is_handed_on_and_each_start_is_recorded_when_it_happened(paths: Paths) -> None:
@@ -95,14 +110,7 @@ def test_a_cancel_of_a_job_handed_on_drops_it_and_never_stops_the_job_running(
     ran = tmp_path / "ran"
 
     def scenario(daemon: Daemon, store: JobStore) -> None:
-        first, long, dropped, last = store.add_many(
-            [
-                spec("true"),
-                spec(f"{hold(tmp_path / 'go')}; echo long >> {ran}"),
-                spec(f"echo dropped >> {ran}"),
-                spec(f"echo last >> {ran}"),
-            ]
-        )
+        first, long, dropped, last = true_long_and(store, tmp_path, "dropped", "last")
         poke(socket_path(paths))
         wait_until(lambda: handed_to_run_after(daemon, dropped.id), HANG, "the job to be handed on")
         supervisor = store.require(dropped.id).pid
@@ -117,13 +125,7 @@ def test_a_cancel_of_a_job_handed_on_drops_it_and_never_stops_the_job_running(
         wait_until(lambda: store.require(dropped.id).state == "cancelled", HANG, "the cancel")
         time.sleep(0.3)  # the signal reached the supervisor of the long job
         assert store.require(long.id).state == "running"
-        (tmp_path / "go").touch()
-        wait_done(store, [first.id, long.id, dropped.id, last.id])
-        assert [store.require(i).state for i in (long.id, dropped.id, last.id)] == [
-            "succeeded",
-            "cancelled",
-            "succeeded",
-        ]
+        release_and_see_only_the_third_cancelled(store, tmp_path, [first, long, dropped, last])
 
     run_daemon(paths, scenario)
     assert ran.read_text().split() == ["long", "last"]
@@ -139,9 +141,7 @@ def test_a_job_handed_on_runs_once_after_the_job_before_when_the_daemon_is_gone(
     ids: list[int] = []
 
     def first_daemon(daemon: Daemon, store: JobStore) -> None:
-        jobs = store.add_many(
-            [spec("true"), spec(f"{hold(tmp_path / 'go')}; echo long >> {ran}"), spec(f"echo next >> {ran}")]
-        )
+        jobs = true_long_and(store, tmp_path, "next")
         ids.extend(j.id for j in jobs)
         poke(socket_path(paths))
         wait_until(lambda: handed_to_run_after(daemon, jobs[2].id), HANG, "the job to be handed on")
@@ -168,9 +168,7 @@ def test_a_supervisor_killed_with_a_job_handed_on_loses_both_and_the_queue_goes_
     ran = tmp_path / "ran"
 
     def scenario(daemon: Daemon, store: JobStore) -> None:
-        first, long, handed = store.add_many(
-            [spec("true"), spec(f"{hold(tmp_path / 'go')}; echo long >> {ran}"), spec(f"echo handed >> {ran}")]
-        )
+        first, long, handed = true_long_and(store, tmp_path, "handed")
         poke(socket_path(paths))
         wait_until(lambda: handed_to_run_after(daemon, handed.id), HANG, "the job to be handed on")
         supervisor = store.require(long.id).pid
@@ -203,9 +201,7 @@ def test_a_job_recorded_as_handed_on_but_never_sent_is_queued_again_and_runs_onc
             daemon._stop = True
 
         monkeypatch.setattr(supervise_module, "hand_on", never_sent)
-        jobs = store.add_many(
-            [spec("true"), spec(f"{hold(tmp_path / 'go')}; echo long >> {ran}"), spec(f"echo next >> {ran}")]
-        )
+        jobs = true_long_and(store, tmp_path, "next")
         ids.extend(j.id for j in jobs)
         poke(socket_path(paths))
         wait_until(lambda: store.require(jobs[2].id).state == "running", HANG, "the start to be committed")
@@ -237,14 +233,7 @@ def test_a_cancel_whose_signal_comes_before_the_job_handed_on_drops_it_when_it_c
     ran = tmp_path / "ran"
 
     def scenario(daemon: Daemon, store: JobStore) -> None:
-        first, long, cancelled, last = store.add_many(
-            [
-                spec("true"),
-                spec(f"{hold(tmp_path / 'go')}; echo long >> {ran}"),
-                spec(f"echo cancelled >> {ran}"),
-                spec(f"echo last >> {ran}"),
-            ]
-        )
+        first, long, cancelled, last = true_long_and(store, tmp_path, "cancelled", "last")
 
         def late(supervisor: object, launch: object, recorded: bool = False) -> None:
             if getattr(launch, "job_id", None) == cancelled.id:
@@ -257,13 +246,7 @@ def test_a_cancel_whose_signal_comes_before_the_job_handed_on_drops_it_when_it_c
         poke(socket_path(paths))
         wait_until(lambda: store.require(cancelled.id).state == "cancelled", HANG, "the cancel")
         assert store.require(long.id).state == "running"
-        (tmp_path / "go").touch()
-        wait_done(store, [first.id, long.id, cancelled.id, last.id])
-        assert [store.require(i).state for i in (long.id, cancelled.id, last.id)] == [
-            "succeeded",
-            "cancelled",
-            "succeeded",
-        ]
+        release_and_see_only_the_third_cancelled(store, tmp_path, [first, long, cancelled, last])
 
     run_daemon(paths, scenario)
     assert ran.read_text().split() == ["long", "last"]

@@ -26,18 +26,25 @@ from tests.queue.conftest import QueueBox, blocked_in, wait_until
 
 
 def _launch(
-    tmp_path: Path, argv: tuple[str, ...], attempt: int = 1, cwd: Path | None = None, env: dict[str, str] | None = None
+    tmp_path: Path,
+    argv: tuple[str, ...],
+    attempt: int = 1,
+    cwd: Path | None = None,
+    env: dict[str, str] | None = None,
+    job_id: int = 7,
+    db_path: Path | None = None,
 ) -> supervise.Launch:
     return supervise.Launch(
-        job_id=7,
+        job_id=job_id,
         attempt=attempt,
         spec=JobSpec(argv=argv, cwd=str(cwd or tmp_path), env=env or dict(os.environ), gpus=0, probe=False),
         gpu_uuids=(),
-        log_prefix=tmp_path / f"7.{attempt}",
+        log_prefix=tmp_path / f"{job_id}.{attempt}",
         boot_id="b",
         grace_s=1.0,
         daemon_pid=os.getpid(),
         socket_path=tmp_path / "no.sock",
+        db_path=db_path,
     )
 
 
